@@ -1,0 +1,125 @@
+"""How much CPU the stream interpretation layer spends per event (SSE + JSON + tally).
+
+The whole client's budget is <= 4 us CPU per streamed token, aiohttp included, so this
+layer must stay well under that. It replays a realistic 128-token OpenAI-shape chat
+stream (role chunk, 128 content chunks, finish chunk, ``choices: []`` usage chunk,
+``[DONE]``) through ``StreamTally``: once with one read per event (a server that
+flushes every token, the worst case), once with reads of ~16 events (a client that
+fell behind or a server that batches), and once split at arbitrary 97-byte boundaries.
+
+Run: ``python benchmarks/parse_speed.py [--repeat N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from loadgen.sse import SSEParser  # noqa: E402
+from loadgen.stream import StreamTally  # noqa: E402
+
+WORDS = "the quick brown fox jumps over a lazy dog while sipping some cold tea".split()
+
+
+def chat_stream(tokens: int = 128) -> list[bytes]:
+    """The events (each one ``data: ...\\n\\n``) of an OpenAI chat stream with usage."""
+    head = {
+        "id": "chatcmpl-9xYzAbCdEfGhIjKlMnOpQrStUvWx",
+        "object": "chat.completion.chunk",
+        "created": 1718000000,
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "system_fingerprint": "fp_44709d6fcb",
+    }
+
+    def chunk(delta: dict, finish: str | None = None, choices: bool = True) -> bytes:
+        body = dict(head)
+        body["choices"] = (
+            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            if choices
+            else []
+        )
+        body["usage"] = None
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    events += [chunk({"content": " " + WORDS[i % len(WORDS)]}) for i in range(tokens)]
+    events.append(chunk({}, "length"))
+    last = dict(head, choices=[])
+    last["usage"] = {
+        "prompt_tokens": 512,
+        "completion_tokens": tokens,
+        "total_tokens": 512 + tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    events.append(b"data: " + orjson.dumps(last) + b"\n\n")
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def reads_of(events: list[bytes], per_read: int) -> list[bytes]:
+    return [b"".join(events[i : i + per_read]) for i in range(0, len(events), per_read)]
+
+
+def byte_splits(events: list[bytes], size: int) -> list[bytes]:
+    whole = b"".join(events)
+    return [whole[i : i + size] for i in range(0, len(whole), size)]
+
+
+def run_tally(reads: list[bytes], repeat: int) -> float:
+    """Seconds of CPU for ``repeat`` passes of the whole stream."""
+    t0 = time.process_time()
+    for _ in range(repeat):
+        tally = StreamTally("chat")
+        t = 0
+        for data in reads:
+            t += 1
+            tally.feed(data, t)
+        tally.close()
+        tally.reconcile()
+    return time.process_time() - t0
+
+
+def run_sse(reads: list[bytes], repeat: int) -> float:
+    t0 = time.process_time()
+    for _ in range(repeat):
+        parser = SSEParser()
+        for data in reads:
+            parser.feed(data)
+        parser.close()
+    return time.process_time() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=2000)
+    args = ap.parse_args()
+    events = chat_stream()
+    n = len(events)
+    check = StreamTally("chat")
+    for data in reads_of(events, 16):
+        check.feed(data, 0)
+    assert check.reconcile()[1:] == (128, "usage"), check.reconcile()
+    print(f"{n} events/stream (128 tokens), mean event {len(b''.join(events)) // n} bytes")
+    for label, reads in (
+        ("1 event per read", reads_of(events, 1)),
+        ("16 events per read", reads_of(events, 16)),
+        ("97-byte reads", byte_splits(events, 97)),
+    ):
+        run_tally(reads, max(args.repeat // 20, 1))  # warm up
+        sse = min(run_sse(reads, args.repeat) for _ in range(3))
+        full = min(run_tally(reads, args.repeat) for _ in range(3))
+        per = 1e6 / (args.repeat * n)
+        print(
+            f"{label:20s} SSE only {sse * per:5.2f} us/event   "
+            f"SSE+JSON+tally {full * per:5.2f} us/event"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""The ``loadgen`` command: a thin shell over the library, one module per command."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .. import __version__
+from ..errors import LoadgenError
+
+# Each module exposes add_parser(subparsers); a missing optional one is skipped.
+COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loadgen",
+        description="Open-loop load generator and honest meter for OpenAI-compatible LLM endpoints.",
+    )
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"loadgen.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"loadgen.cli.{name}":
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except LoadgenError as e:
+        print(f"loadgen {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,404 @@
+"""The engine: sends each request at its intended time, times every chunk, records.
+
+It computes no statistics. Open loop: a session starts at its scheduled offset
+whether or not earlier ones finished; closed loop (a fixed number of users,
+each sending when its previous request ended) is a separate, labelled mode.
+Every request yields exactly one ``Record``, whatever happens to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from .records import Record, RecordWriter
+from .session import Conversation, Session, Turn, build_body
+from .sse import BadStream
+from .stream import StreamError, StreamTally
+from .timing import SPIN_NS, sleep_until
+
+__all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
+
+Clock = Callable[[], int]
+_ERROR_CHARS = 300
+_KEYLIKE = re.compile(r"(sk-|Bearer\s+)[A-Za-z0-9_\-.]{6,}")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Per-request limits, in seconds. ``first_byte`` runs until the first data
+    after the request is sent (that is TTFT, queueing included); ``idle`` is the
+    longest gap allowed between reads after that."""
+
+    connect: float = 10.0
+    first_byte: float = 600.0
+    idle: float = 60.0
+    total: float = 3600.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    url: str  # OpenAI base URL, ending in /v1
+    model: str
+    api: str = "chat"  # chat | completions
+    run_id: str = ""
+    endpoint_label: str = ""
+    point: int = 0
+    shard: int = 0
+    shards: int = 1
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    ignore_eos: bool = True
+    keep_text: bool = False
+    max_inflight: int = 10_000  # a safety cap; reaching it is reported, never silent
+    read_bufsize: int = 4 * 1024 * 1024
+    flush_interval_s: float = 0.2
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return "/chat/completions" if self.api == "chat" else "/completions"
+
+
+@dataclass
+class Plan:
+    """What to send. Open loop: ``offsets_ns[i]`` is session i's start offset and
+    ``indices`` the sessions this shard sends. Closed loop: ``concurrency`` users
+    take session indices in order until ``count`` or ``duration_s`` is reached."""
+
+    session: Callable[[int], Session]
+    offsets_ns: np.ndarray | None = None
+    indices: np.ndarray | None = None
+    concurrency: int | None = None
+    count: int | None = None
+    duration_s: float | None = None
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Short, single-line error text with secrets and key-like tokens removed."""
+    for s in secrets:
+        if s:
+            text = text.replace(s, "[REDACTED]")
+    text = _KEYLIKE.sub(lambda m: m.group(1) + "[REDACTED]", text)
+    text = " ".join(text.split())
+    return text[:_ERROR_CHARS]
+
+
+@dataclass
+class LiveCounters:
+    """What the live view shows; the engine only counts, the view summarises."""
+
+    scheduled: int = 0
+    sent: int = 0
+    inflight: int = 0
+    done: int = 0
+    errors: int = 0
+    capped: int = 0  # sends delayed because max_inflight was reached
+    recent_ttft_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))
+    recent_itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))
+    recent_lag_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))
+    loop_lag_max_ms: float = 0.0
+
+
+class _Inflight:
+    __slots__ = ("task", "deadline_first", "deadline_total", "last_read", "got_data", "why")
+
+    def __init__(self, task: asyncio.Task[Any] | None, now: int, t: Timeouts) -> None:
+        self.task = task
+        self.deadline_first = now + int(t.first_byte * 1e9)
+        self.deadline_total = now + int(t.total * 1e9)
+        self.last_read = now
+        self.got_data = False
+        self.why: str | None = None
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        writer: RecordWriter,
+        *,
+        api_key: str | None = None,
+        clock: Clock = time.perf_counter_ns,
+    ) -> None:
+        self.cfg = config
+        self.writer = writer
+        self.clock = clock
+        self.live = LiveCounters()
+        self._secrets = (api_key,) if api_key else ()
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._stop = asyncio.Event()
+        self._inflight: dict[int, _Inflight] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._seq = 0
+        self._slots: asyncio.Semaphore | None = None
+
+    # -- public ----------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop sending new requests (Ctrl-C); requests in flight get the grace."""
+        self._stop.set()
+
+    async def run(self, plan: Plan, start_ns: int, grace_s: float = 30.0) -> None:
+        """Send the plan from ``start_ns`` (a shared perf_counter_ns instant)."""
+        limit = plan.concurrency or self.cfg.max_inflight
+        self._slots = asyncio.Semaphore(self.cfg.max_inflight)
+        connector = aiohttp.TCPConnector(
+            limit=limit,
+            limit_per_host=0,
+            force_close=False,
+            enable_cleanup_closed=False,
+            ttl_dns_cache=None,
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=self.cfg.timeouts.connect, sock_read=None
+        )
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(self._on_sent)
+        async with aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            read_bufsize=self.cfg.read_bufsize,
+            trace_configs=[trace],
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        ) as http:
+            self._http = http
+            keeper = asyncio.get_running_loop().create_task(self._housekeeping())
+            try:
+                if plan.concurrency:
+                    await self._closed_loop(plan, start_ns)
+                else:
+                    await self._open_loop(plan, start_ns)
+                await self._drain(grace_s)
+            finally:
+                keeper.cancel()
+                self.writer.flush()
+
+    # -- dispatch -----------------------------------------------------------------
+    async def _open_loop(self, plan: Plan, start_ns: int) -> None:
+        assert plan.offsets_ns is not None
+        offsets = plan.offsets_ns
+        indices = plan.indices if plan.indices is not None else np.arange(len(offsets))
+        self.live.scheduled = len(indices)
+        loop = asyncio.get_running_loop()
+        for i in indices.tolist():
+            due = start_ns + int(offsets[i])
+            session = plan.session(i)  # built before its send time, not on the hot path
+            delay = due - self.clock()
+            if delay > 50_000_000:  # long gaps: stay responsive to a stop
+                try:
+                    await asyncio.wait_for(self._stop.wait(), (delay - SPIN_NS) / 1e9)
+                except asyncio.TimeoutError:
+                    pass
+            await self._sleep_until(due)
+            if self._stop.is_set():
+                return
+            task = loop.create_task(self._run_session(session, due))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            await asyncio.sleep(0)  # let it send now, before the next session is built
+
+    async def _sleep_until(self, due: int) -> None:
+        await sleep_until(due, self.clock)
+
+    async def _closed_loop(self, plan: Plan, start_ns: int) -> None:
+        end = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
+        counter = iter(range(self.cfg.shard, 1 << 62, self.cfg.shards))
+        count = plan.count
+
+        async def user() -> None:
+            for i in counter:
+                if count is not None and i >= count:
+                    return
+                now = self.clock()
+                if self._stop.is_set() or (end is not None and now >= end):
+                    return
+                await self._run_session(plan.session(i), now)
+
+        await self._sleep_until(start_ns)
+        users = [asyncio.ensure_future(user()) for _ in range(plan.concurrency or 1)]
+        self._tasks.update(users)
+        for u in users:
+            u.add_done_callback(self._tasks.discard)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait([asyncio.gather(*users, return_exceptions=True), stopper],
+                           return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+
+    async def _drain(self, grace_s: float) -> None:
+        """Give requests still in flight ``grace_s``; the rest are recorded as cancelled."""
+        if not self._tasks:
+            return
+        _, still = await asyncio.wait(list(self._tasks), timeout=grace_s)
+        for t in still:
+            t.cancel()
+        if still:
+            await asyncio.wait(still, timeout=10)
+
+    # -- sessions and requests ----------------------------------------------------
+    async def _run_session(self, session: Session, t_start: int) -> None:
+        conv = Conversation(session.system)
+        t_sched = t_start
+        for turn_no, turn in enumerate(session.turns):
+            if turn.children:
+                await asyncio.gather(*(self._run_session(c, self.clock()) for c in turn.children))
+                t_sched = max(t_sched, self.clock())
+            if turn_no > 0:
+                await self._sleep_until(t_sched)
+            if self._stop.is_set() and turn_no > 0:
+                return
+            conv.add_turn(turn)
+            keep = self.cfg.keep_text or turn_no + 1 < len(session.turns)
+            rec, text = await self._request(session, turn, turn_no, conv, t_sched, keep)
+            if rec.status != "ok":
+                return  # a session cannot go on without its answer
+            conv.add_answer(text)
+            if turn_no + 1 < len(session.turns):
+                nxt = session.turns[turn_no + 1]
+                t_sched = (rec.t_done or self.clock()) + nxt.think_ns
+
+    async def _request(
+        self, session: Session, turn: Turn, turn_no: int, conv: Conversation, t_sched: int, keep_text: bool
+    ) -> tuple[Record, str]:
+        cfg = self.cfg
+        seq = cfg.shard + cfg.shards * self._seq
+        self._seq += 1
+        rec = Record(
+            run_id=cfg.run_id, point=cfg.point, shard=cfg.shard, request=seq, session=session.session,
+            turn=turn_no, endpoint=cfg.endpoint_label, model=cfg.model, api=cfg.api, t_sched=t_sched,
+            prompt_tokens_requested=turn.prompt_tokens or None, output_tokens_requested=turn.max_tokens,
+        )
+        extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
+        body = build_body(cfg.api, cfg.model, conv, turn.max_tokens, ignore_eos=cfg.ignore_eos, extra=extra)
+        tally = StreamTally(cfg.api, keep_text=keep_text)
+        headers = {**self._headers, "X-Loadgen-Run": cfg.run_id, "X-Loadgen-Seq": str(seq),
+                   "X-Request-Id": f"{cfg.run_id}-{seq}"}
+        assert self._slots is not None
+        if self._slots.locked():
+            self.live.capped += 1
+        async with self._slots:
+            me = _Inflight(asyncio.current_task(), self.clock(), cfg.timeouts)
+            self._inflight[seq] = me
+            self.live.inflight += 1
+            try:
+                await self._exchange(rec, tally, body, headers, me)
+            except asyncio.CancelledError:
+                rec.status = "timeout" if me.why else "cancelled"
+                rec.error = me.why or "run stopped before the answer ended"
+                if not me.why:
+                    self._finish(rec, tally)
+                    raise
+            finally:
+                del self._inflight[seq]
+                self.live.inflight -= 1
+        self._finish(rec, tally)
+        return rec, tally.text
+
+    async def _exchange(self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str],
+                        me: _Inflight) -> None:
+        clock = self.clock
+        ctx = SimpleNamespace(rec=rec)
+        rec.t_sent = clock()  # replaced by the moment the headers are written
+        self.live.sent += 1
+        try:
+            async with self._http.post(self.cfg.url + self.cfg.path, data=body, headers=headers,
+                                       trace_request_ctx=ctx) as resp:
+                rec.t_headers = clock()
+                rec.http_status = resp.status
+                if resp.status != 200:
+                    raw = await resp.content.read(4096)
+                    rec.status = "http_error"
+                    rec.error = redact(f"HTTP {resp.status}: {raw.decode('utf-8', 'replace')}", self._secrets)
+                    retry = resp.headers.get("Retry-After")
+                    if retry:
+                        rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
+                    return
+                feed = tally.feed
+                async for data in resp.content.iter_any():
+                    t = clock()
+                    me.last_read = t
+                    me.got_data = True
+                    feed(data, t)
+                tally.close()
+                if not tally.done and tally.finish_reason is None:
+                    rec.status = "disconnected"
+                    rec.error = "stream ended without [DONE] or a finish_reason"
+        except StreamError as e:
+            rec.status, rec.error = "http_error", redact(f"error in stream: {e}", self._secrets)
+        except BadStream as e:
+            rec.status, rec.error = "bad_stream", redact(str(e), self._secrets)
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
+            rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
+        except (aiohttp.ServerTimeoutError, asyncio.TimeoutError) as e:
+            rec.status, rec.error = "timeout", redact(f"{type(e).__name__}: {e}", self._secrets)
+        except aiohttp.ClientConnectionError as e:
+            rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
+        except (aiohttp.ClientError, ValueError, OSError) as e:
+            rec.status, rec.error = "client_error", redact(f"{type(e).__name__}: {e}", self._secrets)
+
+    async def _on_sent(self, session: Any, trace_ctx: Any, params: Any) -> None:
+        rec = getattr(trace_ctx.trace_request_ctx, "rec", None)
+        if rec is not None:
+            rec.t_sent = self.clock()
+
+    def _finish(self, rec: Record, tally: StreamTally) -> None:
+        if rec.t_done is not None:
+            return
+        rec.t_done = self.clock()
+        counts, total, source = tally.reconcile()
+        rec.chunk_ns = tally.chunk_ns
+        rec.chunk_tokens = counts
+        rec.output_tokens = total
+        rec.output_tokens_source = source
+        rec.output_tokens_reported = tally.completion_tokens
+        rec.prompt_tokens_reported = tally.prompt_tokens
+        rec.cached_tokens = tally.cached_tokens
+        rec.finish_reason = tally.finish_reason
+        if tally.chunk_ns:
+            rec.t_first, rec.t_last = tally.chunk_ns[0], tally.chunk_ns[-1]
+        if self.cfg.keep_text:
+            rec.output_text = tally.text
+        self.writer.add(rec)
+        live = self.live
+        live.done += 1
+        if rec.status != "ok":
+            live.errors += 1
+        elif rec.t_first is not None:
+            live.recent_ttft_ms.append((rec.t_first - rec.t_sched) / 1e6)
+            if rec.output_tokens > 1 and rec.t_last is not None:
+                live.recent_itl_ms.append((rec.t_last - rec.t_first) / 1e6 / (rec.output_tokens - 1))
+        if rec.t_sent is not None:
+            live.recent_lag_ms.append((rec.t_sent - rec.t_sched) / 1e6)
+
+    async def _housekeeping(self) -> None:
+        """Flush records, enforce timeouts, and measure event-loop lag."""
+        interval = self.cfg.flush_interval_s
+        idle_ns = int(self.cfg.timeouts.idle * 1e9)
+        while True:
+            before = self.clock()
+            await asyncio.sleep(interval)
+            now = self.clock()
+            lag_ms = (now - before) / 1e6 - interval * 1e3
+            self.live.loop_lag_max_ms = max(self.live.loop_lag_max_ms, lag_ms)
+            self.writer.flush()
+            for me in list(self._inflight.values()):
+                if me.why or me.task is None:
+                    continue
+                if now > me.deadline_total:
+                    me.why = "total timeout"
+                elif not me.got_data and now > me.deadline_first:
+                    me.why = "no data before the first-byte timeout"
+                elif me.got_data and now - me.last_read > idle_ns:
+                    me.why = "idle timeout between chunks"
+                if me.why:
+                    me.task.cancel()

@@ -1,0 +1,92 @@
+"""What the engine sends: sessions of turns, and the request body of each turn.
+
+Every workload (single-shot chat, multi-turn chat, RAG, agentic, trace replay)
+becomes a sequence of ``Session``s; a plain request is a session of one turn.
+Within a session turns are closed-loop (turn k+1 is sent ``think_ns`` after
+turn k's answer ended, with that answer appended to the context); across
+sessions arrival is open-loop, from the schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+__all__ = ["Turn", "Session", "build_body", "Conversation"]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request of a session.
+
+    ``text`` is what this turn appends to the context (a user message, or a tool
+    result when ``role == "tool"``). ``prompt_tokens`` is the requested size of
+    the whole prompt the endpoint will see for this turn, in the workload's
+    tokenizer (for records: requested vs reported).
+    """
+
+    text: str
+    max_tokens: int
+    prompt_tokens: int = 0
+    think_ns: int = 0
+    role: str = "user"
+    children: tuple[Session, ...] = ()  # subagent sessions run (concurrently) before this turn
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    session: int
+    turns: tuple[Turn, ...]
+    system: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # extra request-body fields
+
+
+class Conversation:
+    """The growing context of one session: system prompt, turns and answers."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self, system: str | None) -> None:
+        self.messages: list[dict[str, str]] = []
+        if system:
+            self.messages.append({"role": "system", "content": system})
+
+    def add_turn(self, turn: Turn) -> None:
+        # A tool result is sent as a user message: not every server accepts a bare
+        # "tool" role without a matching tool_call id, and the prefix is the same.
+        self.messages.append({"role": "user", "content": turn.text})
+
+    def add_answer(self, text: str) -> None:
+        self.messages.append({"role": "assistant", "content": text})
+
+    def prompt_text(self) -> str:
+        return "".join(m["content"] for m in self.messages)
+
+
+def build_body(
+    api: str,
+    model: str,
+    conv: Conversation,
+    max_tokens: int,
+    *,
+    ignore_eos: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """The JSON body of a streaming request; usage is always asked for."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": max_tokens,
+    }
+    if api == "chat":
+        body["messages"] = conv.messages
+    else:
+        body["prompt"] = conv.prompt_text()
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if extra:
+        body.update(extra)
+    return orjson.dumps(body)

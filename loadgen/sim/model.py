@@ -1,0 +1,175 @@
+"""The timing models behind the simulated server, and the request they share.
+
+The server (``sim/server.py``) speaks HTTP; a model decides *when* each output
+token exists. A model emits tokens by bumping ``SimRequest.emitted`` (recording
+each token's emission time in ``emit_ns``) and setting ``SimRequest.wake``; the
+server's handler wakes, writes every newly emitted token, and waits again. So a
+slow reader never stalls the model, and several tokens emitted between two
+wake-ups go out in one TCP write, as a real server's would.
+
+All times are on the ``time.perf_counter_ns`` clock (CLOCK_MONOTONIC), the same
+clock loadgen's engine uses, so the ground truth lines up with client records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..timing import sleep_until
+
+__all__ = ["SimRequest", "TimingModel", "FixedModel", "Clock"]
+
+Clock = Callable[[], int]
+
+
+@dataclass(eq=False, slots=True)
+class SimRequest:
+    rid: str
+    prompt_ids: list[int]  # built-in tokenizer ids, for prefix-cache hashing
+    max_tokens: int  # tokens this request will produce (EOS already decided)
+    arrival_ns: int
+    emitted: int = 0
+    emit_ns: list[int] = field(default_factory=list)
+    queue_wait_ns: int | None = None
+    prefill_start_ns: int | None = None
+    prefill_end_ns: int | None = None
+    cached_tokens: int = 0
+    preemptions: int = 0
+    finished: bool = False
+    cancelled: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def emit(self, k: int, now_ns: int) -> None:
+        """Record ``k`` new tokens at ``now_ns`` and wake the handler."""
+        self.emitted += k
+        self.emit_ns.extend([now_ns] * k)
+        if self.emitted >= self.max_tokens:
+            self.finished = True
+        self.wake.set()
+
+    def truth(self) -> dict[str, Any]:
+        """The ground-truth line for ``--truth``."""
+        return {
+            "rid": self.rid,
+            "arrival_ns": self.arrival_ns,
+            "prompt_tokens": len(self.prompt_ids),
+            "cached_tokens": self.cached_tokens,
+            "queue_wait_ns": self.queue_wait_ns,
+            "prefill_start_ns": self.prefill_start_ns,
+            "prefill_end_ns": self.prefill_end_ns,
+            "emit_ns": self.emit_ns,
+            "preemptions": self.preemptions,
+            "cancelled": self.cancelled,
+        }
+
+
+class TimingModel(Protocol):
+    """What the server needs from a timing model."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def submit(self, req: SimRequest) -> None:
+        """Accept a request; tokens will be emitted on the model's own schedule."""
+
+    def cancel(self, req: SimRequest) -> None:
+        """The client went away: free the request's resources."""
+
+    def stats(self) -> dict[str, float]:
+        """Gauges and counters for ``/metrics`` (vLLM-style names, without prefix)."""
+
+
+class FixedModel:
+    """Every request: first token ``ttft_s`` after arrival, then one every ``itl_s``.
+
+    Independent of load (infinite capacity). One ticker task keeps a heap of
+    each request's next emission instant (arrival + ttft + k*itl, absolute, so
+    jitter never accumulates into drift) and waits for the earliest with
+    ``timing.sleep_until``, so tokens go out within a fraction of a millisecond
+    of their modelled time.
+    """
+
+    def __init__(self, ttft_s: float = 0.05, itl_s: float = 0.01, clock: Clock = time.perf_counter_ns):
+        self.ttft_ns = int(ttft_s * 1e9)
+        self.itl_ns = int(itl_s * 1e9)
+        self.clock = clock
+        self._heap: list[tuple[int, int, SimRequest]] = []
+        self._order = 0
+        self._wake = asyncio.Event()
+        self._ticker: asyncio.Task[None] | None = None
+        self._prompt_tokens = 0
+        self._generation_tokens = 0
+        self._requests = 0
+        self.late_ns_max = 0
+
+    async def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    def submit(self, req: SimRequest) -> None:
+        self._requests += 1
+        self._prompt_tokens += len(req.prompt_ids)
+        req.queue_wait_ns = 0
+        req.prefill_start_ns = req.arrival_ns
+        if req.max_tokens <= 0:
+            req.finished = True
+            req.wake.set()
+            return
+        self._push(req.arrival_ns + self.ttft_ns, req)
+
+    def _push(self, due: int, req: SimRequest) -> None:
+        self._order += 1
+        if not self._heap or due < self._heap[0][0]:
+            self._wake.set()
+        heapq.heappush(self._heap, (due, self._order, req))
+
+    def cancel(self, req: SimRequest) -> None:
+        req.cancelled = True  # dropped from the heap when its next token comes due
+
+    async def _tick(self) -> None:
+        heap = self._heap
+        while True:
+            if not heap:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._wake.clear()
+            if not await sleep_until(heap[0][0], self.clock, self._wake):
+                continue  # an earlier instant arrived
+            now = self.clock()
+            while heap and heap[0][0] <= now:
+                due, _, req = heapq.heappop(heap)
+                if req.cancelled:
+                    continue
+                self.late_ns_max = max(self.late_ns_max, now - due)
+                if req.emitted == 0:
+                    req.prefill_end_ns = now
+                req.emit(1, now)
+                self._generation_tokens += 1
+                if not req.finished:
+                    self._push(req.arrival_ns + self.ttft_ns + req.emitted * self.itl_ns, req)
+
+    def stats(self) -> dict[str, float]:
+        running = len(self._heap)
+        return {
+            "num_requests_running": running,
+            "num_requests_waiting": 0,
+            "kv_cache_usage_perc": 0.0,
+            "prompt_tokens_total": self._prompt_tokens,
+            "generation_tokens_total": self._generation_tokens,
+            "request_success_total": self._requests,
+            "num_preemptions_total": 0,
+            "prefix_cache_queries_total": 0,
+            "prefix_cache_hits_total": 0,
+            "max_lateness_seconds": self.late_ns_max / 1e9,
+        }

@@ -1,0 +1,82 @@
+"""Start the simulator in its own process, on loopback, and stop it by PID.
+
+``run`` and ``sweep`` use this when given no endpoint: the simulator gets its
+own interpreter (its own core on a multi-core box), so its work never shares an
+event loop or a GIL with the engine it is being measured by.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO, Any
+
+__all__ = ["SimProcess", "start_sim", "READY"]
+
+READY = "LOADGEN_SIM_READY "
+
+
+class SimStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class SimProcess:
+    proc: subprocess.Popen[str]
+    url: str
+    errlog: IO[Any]
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.errlog.close()
+
+    def stderr_text(self) -> str:
+        self.errlog.seek(0)
+        return self.errlog.read()
+
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_sim(args: list[str], timeout: float = 30.0) -> SimProcess:
+    """Run ``loadgen sim ARGS --host 127.0.0.1 --port 0`` and wait until it listens."""
+    cmd = [sys.executable, "-m", "loadgen", "sim", *args, "--host", "127.0.0.1", "--port", "0", "--announce"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    errlog = tempfile.TemporaryFile(mode="w+")  # a pipe nobody drains could block the sim
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errlog, text=True, env=env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith(READY):
+                return SimProcess(proc, line[len(READY):].strip(), errlog)
+            if not line and proc.poll() is not None:
+                break
+        elif proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    errlog.seek(0)
+    err = errlog.read()
+    errlog.close()
+    proc.stdout.close()
+    raise SimStartError(f"the simulator did not start: {err.strip()[-500:] or 'no output'}")

@@ -1,0 +1,521 @@
+"""Roofline timing model of a continuous-batching inference engine (vLLM-like).
+
+One engine step schedules, in this order: every running sequence (decodes take 1
+token; unfinished chunked prefills take what the budget leaves after reserving one
+token per later decode), then new requests FCFS while KV blocks are free, fewer than
+``max_num_seqs`` run, and the ``max_batch_tokens`` budget lasts. Its duration is
+
+    max(FLOPs / (peak x MFU), bytes / (HBM bandwidth x MBU)) + all-reduce + overhead
+
+and every token it produces is stamped at the step's END. Timing runs on a virtual
+model clock ``t_model``: a step starts at max(previous step end, first admitted
+arrival) and the loop sleeps until the absolute end time, so sleep jitter never
+accumulates. If the loop cannot keep up, model times are NOT shifted to real time:
+lateness is counted (``late_steps_total``, ``max_lateness_seconds``, ``behind()``).
+docs/simulator.md derives every term and lists where each constant comes from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import Clock, SimRequest
+from .prefix_cache import PrefixCache, block_hashes
+from .profiles import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, GpuProfile, ModelProfile
+from .profiles import gpu as load_gpu
+from .profiles import model as load_model
+
+__all__ = ["RooflineModel", "CapacityError", "Saturation", "offline_throughput"]
+
+ACT_BYTES = 2  # activations exchanged by the TP all-reduce are BF16
+
+
+class CapacityError(ValueError):
+    """The configuration cannot run: weights do not fit, TP does not divide heads, ..."""
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Steady state of a saturated engine for one fixed request shape (an estimate)."""
+
+    concurrency: int  # sequences running at once
+    bound: str  # "max_num_seqs" or "kv_cache": which limit sets the concurrency
+    itl_s: float  # time between a sequence's tokens
+    requests_per_s: float
+    output_tokens_per_s: float
+
+
+@dataclass(eq=False, slots=True)
+class _Seq:
+    req: SimRequest
+    prompt_len: int
+    hashes: list[int]  # chained hashes of the prompt's full blocks (empty: cache off)
+    computed: int = 0  # tokens whose KV exists
+    blocks: int = 0  # blocks held, cached + anonymous
+    cached: list[int] = field(default_factory=list)  # hashes this sequence holds refs on
+    committed: int = 0  # leading prompt blocks held as cached blocks
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Plan:
+    items: list[tuple[_Seq, int]]  # (sequence, tokens computed this step)
+    seconds: float
+
+
+class RooflineModel:
+    """A TimingModel whose step times come from a roofline of ``gpu`` x ``model``.
+
+    Defaults: ``mfu`` 0.5 and ``mbu`` 0.8 are typical achieved fractions of peak for
+    large GEMMs and for decode (memory-bound) kernels; ``step_overhead_s`` 0.5 ms is the
+    per-step CPU/launch cost of an engine with CUDA graphs; ``max_num_seqs`` 256,
+    ``max_batch_tokens`` 8192, ``kv_util`` 0.9 and ``block_size`` 16 are vLLM's defaults.
+    ``num_gpu_blocks_override`` fixes the KV pool size (as vLLM's option does) for tests.
+    """
+
+    def __init__(
+        self,
+        gpu: GpuProfile | str,
+        model: ModelProfile | str,
+        *,
+        tp: int = 1,
+        max_num_seqs: int = 256,
+        max_batch_tokens: int = 8192,
+        kv_util: float = 0.9,
+        prefix_cache: bool = True,
+        mfu: float = 0.5,
+        mbu: float = 0.8,
+        step_overhead_s: float = 0.0005,
+        block_size: int = 16,
+        weight_dtype: str | None = None,
+        kv_dtype: str = "bf16",
+        clock: Clock = time.perf_counter_ns,
+        num_gpu_blocks_override: int | None = None,
+        late_threshold_s: float = 0.002,
+    ):
+        self.gpu = load_gpu(gpu) if isinstance(gpu, str) else gpu
+        self.model = load_model(model) if isinstance(model, str) else model
+        self.weight_dtype = weight_dtype or self.model.weight_dtype
+        self.kv_dtype = kv_dtype
+        self.tp, self.max_num_seqs, self.max_batch_tokens = tp, max_num_seqs, max_batch_tokens
+        self.kv_util, self.mfu, self.mbu, self.block_size = kv_util, mfu, mbu, block_size
+        self.step_overhead_s = step_overhead_s
+        self.prefix_caching = prefix_cache
+        self.clock = clock
+        self.late_threshold_ns = int(late_threshold_s * 1e9)
+        self._validate()
+        self._constants()
+        blocks = num_gpu_blocks_override or self._fit_blocks()
+        self.pool = PrefixCache(blocks)
+        self.max_model_len = min(self.model.max_context, blocks * block_size)
+        self._waiting: deque[_Seq] = deque()
+        self._running: list[_Seq] = []
+        self._seqs: dict[SimRequest, _Seq] = {}
+        self._t_model = 0
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+        self._c = dict.fromkeys(("prompt", "gen", "ok", "preempt", "queries", "hits", "late"), 0)
+        self._max_late_ns = self._last_late_ns = 0
+
+    # ---- configuration ------------------------------------------------------------------
+    def _validate(self) -> None:
+        m = self.model
+        if self.weight_dtype not in WEIGHT_DTYPES:
+            raise CapacityError(f"weight_dtype {self.weight_dtype!r} not one of {WEIGHT_DTYPES}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise CapacityError(f"kv_dtype {self.kv_dtype!r} not one of {KV_DTYPES}")
+        if self.tp < 1 or m.num_heads % self.tp:
+            raise CapacityError(f"tp={self.tp} must divide {m.name}'s {m.num_heads} heads")
+        if self.max_batch_tokens < self.max_num_seqs:
+            raise CapacityError("max_batch_tokens must be >= max_num_seqs (one decode token each)")
+        for k in ("kv_util", "mfu", "mbu"):
+            if not 0 < getattr(self, k) <= 1:
+                raise CapacityError(f"{k} must be in (0, 1], got {getattr(self, k)}")
+        if self.block_size < 1 or self.max_num_seqs < 1 or self.step_overhead_s < 0:
+            raise CapacityError("block_size, max_num_seqs must be >= 1; step_overhead_s >= 0")
+
+    def _constants(self) -> None:
+        """Precompute per-unit costs (seconds per token, per context token) for the hot path."""
+        m, g, tp = self.model, self.gpu, self.tp
+        wb, kb = DTYPE_BYTES[self.weight_dtype], DTYPE_BYTES[self.kv_dtype]
+        bw = g.hbm_tb_s * 1e12 * self.mbu
+        peak_w = g.peak_flops(self.weight_dtype) * self.mfu
+        peak_a = g.peak_flops("bf16") * self.mfu  # attention math runs in BF16
+        sw = m.sliding_window
+        swl, window = (sw.layers, sw.window) if sw else (0, 0)
+        full = m.layers - swl
+        if m.mla:  # one latent per token, replicated on every TP rank
+            a = m.mla
+            kv_layer = (a.kv_lora_rank + a.qk_rope_head_dim) * kb
+            att_dec = 2 * m.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)  # absorbed
+            att_pre = 2 * m.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+        else:  # KV heads split over ranks; replicated when fewer heads than ranks
+            kv_layer = 2 * math.ceil(m.num_kv_heads / tp) * m.head_dim * kb
+            att_dec = att_pre = 4 * m.num_heads * m.head_dim
+        self.kv_bytes_per_token = kv_layer * full  # per GPU, full-attention layers
+        self._swa_bytes_per_token = kv_layer * swl
+        self.weight_bytes_per_gpu = m.params_total_b * 1e9 * wb / tp
+        self._lin = (2 * m.params_active_b * 1e9 / tp / peak_w
+                     + 4 * m.num_heads * m.head_dim * swl * window / tp / peak_a)
+        self._att_dec = att_dec * full / tp / peak_a
+        self._att_pre = att_pre * full / tp / peak_a
+        self._kv = self.kv_bytes_per_token / bw
+        self._swa_mem = self._swa_bytes_per_token * window / bw
+        self._w_dense = m.dense_params * wb / tp / bw
+        self._w_exp = m.expert_params * wb / tp / bw
+        self._experts = m.moe.experts if m.moe else 0
+        self._miss = 1 - m.moe.experts_per_token / m.moe.experts if m.moe else 1.0
+        collectives = 2 * m.layers if tp > 1 else 0  # after attention and after the MLP
+        self._comm0 = collectives * g.allreduce_latency_us * 1e-6
+        self._comm1 = (collectives * 2 * (tp - 1) / tp * m.hidden_size * ACT_BYTES
+                       / (g.interconnect_gb_s * 1e9))
+
+    def _fit_blocks(self) -> int:
+        usable = self.gpu.hbm_gib * 2**30 * self.kv_util
+        sw = self.model.sliding_window
+        reserve = 0.0
+        if sw:  # sliding layers hold at most window + one block per running sequence
+            reserve = self.max_num_seqs * (sw.window + self.block_size) * self._swa_bytes_per_token
+        free = usable - self.weight_bytes_per_gpu - reserve
+        per_block = self.kv_bytes_per_token * self.block_size
+        if free < per_block * 64:
+            tp = self.tp * 2
+            while tp <= 64 and (self.weight_bytes_per_gpu * self.tp / tp > usable * 0.95
+                                or self.model.num_heads % tp):
+                tp *= 2
+            raise CapacityError(
+                f"{self.model.name} ({self.weight_dtype}, "
+                f"{self.weight_bytes_per_gpu * self.tp / 1e9:.1f} GB of weights) "
+                f"does not fit on tp={self.tp} x {self.gpu.name} "
+                f"({usable / 1e9:.1f} GB usable at kv_util {self.kv_util}): needs tp >= {tp}")
+        return int(free // per_block)
+
+    # ---- the roofline -------------------------------------------------------------------
+    def _step_s(self, tokens: int, dec_ctx: int, pre_attn: int, kv_tokens: int) -> float:
+        """One step's seconds.
+
+        tokens: tokens computed (decodes + prefill chunks); dec_ctx: sum over decode
+        tokens of the context they attend to; pre_attn: the same sum for prefill tokens;
+        kv_tokens: KV-cache tokens read or written (full-attention layers).
+        """
+        compute = tokens * self._lin + dec_ctx * self._att_dec + pre_attn * self._att_pre
+        weights = self._w_dense
+        if self._experts:  # expected distinct experts hit by `tokens` uniform top-k picks
+            weights += self._w_exp * self._experts * (1.0 - self._miss**tokens)
+        memory = weights + kv_tokens * self._kv + tokens * self._swa_mem
+        return max(compute, memory) + self._comm0 + tokens * self._comm1 + self.step_overhead_s
+
+    def step_time_s(self, decode_contexts: list[int], prefill_tokens: int = 0,
+                    prefill_context: int = 0) -> float:
+        """Seconds for one step: decodes at these contexts (tokens already cached) plus one
+        prefill chunk of ``prefill_tokens`` following ``prefill_context`` cached tokens."""
+        n, c = prefill_tokens, prefill_context
+        dec = sum(decode_contexts) + len(decode_contexts)
+        return self._step_s(len(decode_contexts) + n, dec, n * c + n * (n + 1) // 2,
+                            dec + (c + n if n else 0))
+
+    def decode_step_s(self, batch: int, context: int) -> float:
+        """Seconds for a step of ``batch`` decodes, each after ``context`` cached tokens."""
+        ctx = batch * (context + 1)
+        return self._step_s(batch, ctx, 0, ctx)
+
+    def prefill_time_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
+        """Seconds to prefill one prompt alone on an idle engine (zero-load TTFT)."""
+        t, c, left = 0.0, cached_tokens, max(1, prompt_tokens - cached_tokens)
+        while left > 0:
+            n = min(left, self.max_batch_tokens)
+            t += self._step_s(n, 0, n * c + n * (n + 1) // 2, c + n)
+            c, left = c + n, left - n
+        return t
+
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the KV pool holds (full-attention layers; whole blocks)."""
+        return self.pool.num_blocks * self.block_size
+
+    def saturation_estimate(self, input_tokens: int, output_tokens: int) -> Saturation:
+        """Max sustained throughput for fixed-shape requests: the capacity a sweep should find.
+
+        Concurrency is max_num_seqs or what the KV pool holds at the average footprint
+        (input + output/2 tokens, half a block of rounding), whichever binds. Each step
+        decodes every running sequence once and prefills its share of new prompts
+        (concurrency x input / output tokens), split into budget-sized steps.
+        """
+        avg = input_tokens + output_tokens / 2
+        kv_seqs = int(self.pool.num_blocks / (avg / self.block_size + 0.5))
+        b = max(1, min(self.max_num_seqs, kv_seqs))
+        bound = "max_num_seqs" if b == self.max_num_seqs and kv_seqs >= b else "kv_cache"
+        p = b * input_tokens / max(1, output_tokens)
+        steps = max(1, math.ceil((b + p) / self.max_batch_tokens))
+        ctx = int(avg) + 1
+        per = self._step_s(round((b + p) / steps), round(b * ctx / steps),
+                           round(p * input_tokens / 2 / steps), round((b * ctx + p) / steps))
+        itl = per * steps
+        return Saturation(b, bound, itl, b / itl / max(1, output_tokens), b / itl)
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration and derived capacities, for logs, /v1/models and report headers."""
+        return {
+            "gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
+            "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
+            "weights_gb_per_gpu": round(self.weight_bytes_per_gpu / 1e9, 2),
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token,
+            "kv_capacity_tokens": self.kv_capacity_tokens(), "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs, "max_batch_tokens": self.max_batch_tokens,
+            "mfu": self.mfu, "mbu": self.mbu, "step_overhead_s": self.step_overhead_s,
+            "prefix_cache": self.prefix_caching, "block_size": self.block_size,
+        }
+
+    # ---- TimingModel --------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+            self._task.add_done_callback(self._on_done)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            self.error = task.exception()
+
+    def submit(self, req: SimRequest) -> None:
+        """Queue a request; raises ValueError if it can never fit (check ``max_model_len``)."""
+        if self.error is not None:
+            raise RuntimeError("the simulated engine's loop has died") from self.error
+        p = len(req.prompt_ids)
+        if p + req.max_tokens > self.max_model_len or p == 0:
+            raise ValueError(f"prompt ({p}) + max_tokens ({req.max_tokens}) must be within "
+                             f"1..max_model_len ({self.max_model_len}) tokens")
+        hashes = block_hashes(req.prompt_ids, self.block_size) if self.prefix_caching else []
+        s = _Seq(req, p, hashes)
+        self._seqs[req] = s
+        self._waiting.append(s)
+        self._c["prompt"] += p
+        self._wakeup.set()
+
+    def cancel(self, req: SimRequest) -> None:
+        req.cancelled = True
+        s = self._seqs.pop(req, None)
+        if s is None or s.done:
+            return
+        s.done = True
+        if s.blocks:
+            self._running.remove(s)
+            self._free(s)
+        else:
+            self._waiting.remove(s)
+        req.wake.set()
+
+    def stats(self) -> dict[str, float]:
+        c = self._c
+        return {
+            "num_requests_running": len(self._running),
+            "num_requests_waiting": len(self._waiting),
+            "kv_cache_usage_perc": self.pool.num_used / self.pool.num_blocks,
+            "prefix_cache_queries_total": c["queries"],
+            "prefix_cache_hits_total": c["hits"],
+            "prompt_tokens_total": c["prompt"],
+            "generation_tokens_total": c["gen"],
+            "num_preemptions_total": c["preempt"],
+            "request_success_total": c["ok"],
+            "late_steps_total": c["late"],
+            "max_lateness_seconds": self._max_late_ns / 1e9,
+        }
+
+    def behind(self) -> bool:
+        """True when the last step's tokens went out later than its model end time + threshold."""
+        return self._last_late_ns > self.late_threshold_ns
+
+    def reset_prefix_cache(self) -> int:
+        """Drop unreferenced cached blocks (between sweep points); returns how many."""
+        return self.pool.reset()
+
+    # ---- the engine ---------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            start = self._next_start()
+            plan = None if start is None else self._schedule(start)
+            if plan is None:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            end = start + int(plan.seconds * 1e9)
+            delay = end - self.clock()
+            if delay > 0:
+                await asyncio.sleep(delay / 1e9)
+            late = self.clock() - end
+            self._last_late_ns = late
+            if late > self._max_late_ns:
+                self._max_late_ns = late
+            if late > self.late_threshold_ns:
+                self._c["late"] += 1
+            self._complete(plan, end)
+
+    def simulate(self, until_ns: int | None = None) -> int:
+        """Run steps in virtual time, without sleeping, until idle (or ``until_ns``).
+
+        For tests, docs and offline estimates; never while ``start()``-ed. Returns t_model.
+        """
+        while (start := self._next_start()) is not None:
+            if until_ns is not None and start >= until_ns:
+                break
+            plan = self._schedule(start)
+            if plan is None:
+                break
+            self._complete(plan, start + int(plan.seconds * 1e9))
+        return self._t_model
+
+    def _next_start(self) -> int | None:
+        if self._running:
+            return self._t_model
+        if self._waiting:
+            return max(self._t_model, self._waiting[0].req.arrival_ns)
+        return None
+
+    def _grow(self, s: _Seq, n: int) -> bool:
+        need = -(-(s.computed + n) // self.block_size) - s.blocks
+        if need <= 0:
+            return True
+        if not self.pool.allocate(need):
+            return False
+        s.blocks += need
+        return True
+
+    def _free(self, s: _Seq) -> None:
+        self.pool.release(s.cached)
+        self.pool.free(s.blocks - len(s.cached))
+        s.cached, s.blocks, s.committed, s.computed = [], 0, 0, 0
+
+    def _schedule(self, start: int) -> _Plan | None:
+        """Choose this step's work (allocating blocks, preempting, admitting) and its cost."""
+        budget, items, running = self.max_batch_tokens, [], self._running
+        tokens = dec_ctx = pre_attn = kv = 0
+        decodes_left = sum(1 for s in running if s.prompt_len + s.req.emitted - s.computed == 1)
+        preempted = False
+        i = 0
+        while i < len(running):
+            s = running[i]
+            need = s.prompt_len + s.req.emitted - s.computed
+            if need == 1:
+                decodes_left -= 1
+            n = min(need, budget - decodes_left)
+            if n <= 0:
+                i += 1
+                continue
+            lost = False
+            while not self._grow(s, n):  # preempt the newest (vLLM: recompute)
+                victim = running.pop()
+                lost = victim is s
+                preempted = True
+                if not lost and victim.prompt_len + victim.req.emitted - victim.computed == 1:
+                    decodes_left -= 1
+                self._preempt(victim)
+                if lost:
+                    break
+            if lost:  # s itself was preempted: it was the last one
+                break
+            items.append((s, n))
+            budget -= n
+            c = s.computed
+            if need == 1:
+                dec_ctx += c + 1
+            else:
+                pre_attn += n * c + n * (n + 1) // 2
+            tokens += n
+            kv += c + n
+            i += 1
+        while not preempted and self._waiting and budget > 0 and len(running) < self.max_num_seqs:
+            s = self._waiting[0]
+            if s.req.arrival_ns > start:
+                break
+            total = s.prompt_len + s.req.emitted
+            hit, lru = self.pool.lookup(s.hashes, (total - 1) // self.block_size)
+            c = hit * self.block_size
+            n = min(total - c, budget)
+            new = -(-(c + n) // self.block_size) - hit
+            if new + lru > self.pool.num_free:
+                break
+            self._waiting.popleft()
+            self.pool.acquire(s.hashes[:hit])
+            self.pool.allocate(new)
+            s.cached, s.committed, s.blocks, s.computed = s.hashes[:hit], hit, hit + new, c
+            self._c["queries"] += total
+            self._c["hits"] += c
+            r = s.req
+            if r.queue_wait_ns is None:
+                r.queue_wait_ns = start - r.arrival_ns
+                r.prefill_start_ns = start
+                r.cached_tokens = c
+            running.append(s)
+            items.append((s, n))
+            budget -= n
+            pre_attn += n * c + n * (n + 1) // 2
+            tokens += n
+            kv += c + n
+        if not items:
+            return None
+        return _Plan(items, self._step_s(tokens, dec_ctx, pre_attn, kv))
+
+    def _preempt(self, s: _Seq) -> None:
+        self._free(s)
+        s.req.preemptions += 1
+        self._c["preempt"] += 1
+        self._waiting.appendleft(s)
+
+    def _complete(self, plan: _Plan, end: int) -> None:
+        """Apply a finished step: KV grows, full prompt blocks enter the cache, tokens go out."""
+        self._t_model = end
+        bs, finished = self.block_size, False
+        for s, n in plan.items:
+            if s.done:  # cancelled during the step
+                continue
+            s.computed += n
+            while s.committed < len(s.hashes) and (s.committed + 1) * bs <= s.computed:
+                h = s.hashes[s.committed]
+                self.pool.commit(h)
+                s.cached.append(h)
+                s.committed += 1
+            r = s.req
+            if s.computed == s.prompt_len + r.emitted:
+                if r.prefill_end_ns is None:
+                    r.prefill_end_ns = end
+                r.emit(1 if r.max_tokens > 0 else 0, end)
+                self._c["gen"] += 1 if r.max_tokens > 0 else 0
+                if r.finished:
+                    s.done = finished = True
+                    self._free(s)
+                    self._seqs.pop(r, None)
+                    self._c["ok"] += 1
+        if finished:
+            self._running = [s for s in self._running if not s.done]
+
+
+def offline_throughput(gpu: GpuProfile | str, model: ModelProfile | str, input_tokens: int,
+                       output_tokens: int, num_requests: int, **options: Any) -> dict[str, float]:
+    """Simulate an offline benchmark (all requests queued at t=0, like ``trtllm-bench
+    throughput``) in virtual time; return output tok/s (total and per GPU), mean TTFT/ITL."""
+    options.setdefault("prefix_cache", False)  # benchmark prompts are random tokens
+    sim = RooflineModel(gpu, model, **options)
+    reqs = [SimRequest(str(i), [i] * input_tokens, output_tokens, 0) for i in range(num_requests)]
+    for r in reqs:
+        sim.submit(r)
+    end = sim.simulate()
+    out = sum(r.emitted for r in reqs)
+    itl = [(r.emit_ns[-1] - r.emit_ns[0]) / (r.emitted - 1) for r in reqs if r.emitted > 1]
+    return {
+        "output_tokens_per_s": out / (end / 1e9),
+        "output_tokens_per_s_per_gpu": out / (end / 1e9) / sim.tp,
+        "mean_ttft_s": sum(r.emit_ns[0] for r in reqs) / len(reqs) / 1e9,
+        "mean_itl_s": sum(itl) / len(itl) / 1e9 if itl else 0.0,
+    }

@@ -1,0 +1,369 @@
+"""The simulated OpenAI-compatible server: HTTP in front of a timing model.
+
+Speaks chat and completions, streaming and not, with usage (and vLLM-style
+``continuous_usage_stats``), ``/v1/models``, ``/tokenize`` and Prometheus
+``/metrics``. What it streams has the shape real servers send (see
+ENDPOINTS.md): a role-only first chat chunk, one chunk per token, a finish
+chunk, a ``choices: []`` usage chunk, ``[DONE]``. Faults and quirks come from
+``faults.py``. The ground truth of every request (arrival, queue wait, prefill,
+the emission time of every token) can be written as JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from ..tokenizer import BUILTIN, WORDS
+from .faults import FaultSpec, plan_for
+from .model import FixedModel, SimRequest, TimingModel
+
+__all__ = ["SimConfig", "SimServer"]
+
+_WORD_JSON = [orjson.dumps(" " + w) for w in WORDS]
+_STOP_WINDOW = 256  # stop strings longer than this are not looked for across chunks
+
+
+@dataclass
+class SimConfig:
+    model_name: str = "sim"
+    max_model_len: int = 131072
+    tokens_per_chunk: int = 1
+    natural_mean_tokens: int = 256  # mean answer length when EOS is not ignored
+    faults: FaultSpec = field(default_factory=FaultSpec)
+    truth_path: str | None = None
+
+
+def _error(status: int, message: str, etype: str, code: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": etype, "param": None, "code": code}}
+    return web.json_response(body, status=status)
+
+
+def _natural_length(prompt_ids: list[int], mean: int) -> int:
+    """Where the simulated model would emit EOS: a pure function of the prompt."""
+    h = zlib.crc32(np.asarray(prompt_ids[-64:], dtype=np.int64).tobytes())
+    rng = np.random.default_rng(h)
+    return max(1, int(rng.exponential(mean)))
+
+
+class _Frames:
+    """The SSE frames of one streamed answer, pre-assembled around a fixed head so
+    each token costs one bytes concatenation (the simulator must outpace loadgen)."""
+
+    __slots__ = ("head", "chat", "pre", "mid")
+
+    def __init__(self, rid: str, model: str, chat: bool) -> None:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        self.head = orjson.dumps({"id": f"cmpl-{rid}", "object": obj, "created": int(time.time()), "model": model})[:-1]
+        self.chat = chat
+        choice = b',"choices":[{"index":0,'
+        self.pre = b"data: " + self.head + choice + (b'"delta":{"content":' if chat else b'"text":')
+        self.mid = b'},"finish_reason":null}]' if chat else b',"finish_reason":null}]'
+
+    def role(self) -> bytes:
+        delta = b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        return b"data: " + self.head + b',"choices":[{"index":0,' + delta
+
+    def token(self, text_json: bytes, usage: bytes = b"") -> bytes:
+        return self.pre + text_json + self.mid + usage + b"}\n\n"
+
+    def finish(self, reason: str) -> bytes:
+        body = b'"delta":{},"finish_reason":"' if self.chat else b'"text":"","finish_reason":"'
+        return b"data: " + self.head + b',"choices":[{"index":0,' + body + reason.encode() + b'"}]}\n\n'
+
+    def usage(self, usage: dict[str, Any]) -> bytes:
+        return b"data: " + self.head + b',"choices":[],"usage":' + orjson.dumps(usage) + b"}\n\n"
+
+
+class SimServer:
+    """An aiohttp application around a ``TimingModel``."""
+
+    def __init__(self, model: TimingModel | None = None, config: SimConfig | None = None):
+        self.model: TimingModel = model or FixedModel()
+        self.config = config or SimConfig()
+        self._seq = 0
+        self._truth_file: Any = None
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app.add_routes(
+            [
+                web.post("/v1/chat/completions", self.chat),
+                web.post("/v1/completions", self.completions),
+                web.get("/v1/models", self.models),
+                web.get("/metrics", self.metrics),
+                web.get("/health", self.health),
+                web.post("/tokenize", self.tokenize),
+            ]
+        )
+
+    # -- lifecycle ---------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        if self.config.truth_path:
+            self._truth_file = open(self.config.truth_path, "ab")  # noqa: SIM115
+        await self.model.start()
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        self.url = f"http://{shown}:{bound[1]}/v1"
+        return self.url
+
+    async def stop(self) -> None:
+        await self.model.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._truth_file is not None:
+            self._truth_file.close()
+            self._truth_file = None
+
+    # -- small endpoints ---------------------------------------------------
+    async def models(self, request: web.Request) -> web.Response:
+        data = [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "loadgen-sim"}]
+        return web.json_response({"object": "list", "data": data})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+            text = body.get("prompt")
+            if text is None:
+                text = "".join(m.get("content") or "" for m in body.get("messages", []))
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            return _error(400, "body must be JSON with 'prompt' or 'messages'", "invalid_request_error")
+        ids = BUILTIN.encode(str(text))
+        return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": self.config.max_model_len})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        label = f'{{model_name="{self.config.model_name}"}}'
+        lines = []
+        for key, value in self.model.stats().items():
+            kind = "counter" if key.endswith("_total") else "gauge"
+            lines.append(f"# TYPE vllm:{key} {kind}")
+            lines.append(f"vllm:{key}{label} {float(value)!r}")
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    # -- generation --------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    def _parse(self, raw: bytes, chat: bool) -> tuple[dict[str, Any], str] | web.Response:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return _error(400, "request body is not valid JSON", "invalid_request_error")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object", "invalid_request_error")
+        if body.get("model") not in (None, self.config.model_name):
+            return _error(
+                404,
+                f"The model `{str(body.get('model'))[:100]}` does not exist.",
+                "NotFoundError",
+                "model_not_found",
+            )
+        try:
+            if chat:
+                msgs = body["messages"]
+                text = "".join(str(m.get("content") or "") for m in msgs)
+            else:
+                prompt = body["prompt"]
+                text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+        except (KeyError, TypeError, AttributeError):
+            field_name = "messages" if chat else "prompt"
+            return _error(400, f"'{field_name}' is required and must be well-formed", "invalid_request_error")
+        return body, text
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        arrival = time.perf_counter_ns()
+        parsed = self._parse(await request.read(), chat)
+        if isinstance(parsed, web.Response):
+            return parsed
+        body, text = parsed
+        cfg = self.config
+        prompt_ids = BUILTIN.encode(text)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+            return _error(400, "max_tokens must be a non-negative integer", "invalid_request_error")
+        room = cfg.max_model_len - len(prompt_ids)
+        if room <= 0 or (max_tokens is not None and max_tokens > room):
+            return _error(
+                400,
+                f"This model's maximum context length is {cfg.max_model_len} tokens; "
+                f"the prompt has {len(prompt_ids)} and {max_tokens} were asked for.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            )
+        limit = room if max_tokens is None else max_tokens
+        natural = _natural_length(prompt_ids, cfg.natural_mean_tokens)
+        ignore_eos = bool(body.get("ignore_eos")) and not cfg.faults.ignore_eos_ignored
+        n_out = limit if ignore_eos else min(limit, natural)
+        if cfg.faults.ignore_max_tokens and max_tokens is not None:
+            n_out = min(max(n_out, 2 * max_tokens), room)
+        finish = "length" if n_out >= limit else "stop"
+
+        self._seq += 1
+        seq_header = request.headers.get("X-Loadgen-Seq")
+        rid = f"{request.headers.get('X-Loadgen-Run', 'sim')}-{seq_header or self._seq}"
+        plan = plan_for(cfg.faults, self._seq, n_out)
+        if plan.status == 429:
+            resp = _error(429, "Rate limit reached; retry later.", "rate_limit_error", "rate_limit_exceeded")
+            resp.headers["Retry-After"] = f"{cfg.faults.retry_after_s:g}"
+            return resp
+        if plan.status == 500:
+            return _error(500, "The server had an error while processing your request.", "server_error")
+
+        req = SimRequest(rid=rid, prompt_ids=prompt_ids, max_tokens=n_out, arrival_ns=arrival)
+        stop = body.get("stop")
+        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str)]
+        self.model.submit(req)
+        try:
+            if body.get("stream"):
+                return await self._stream(request, req, body, chat, finish, plan, stops)
+            return await self._whole(req, body, chat, finish, stops)
+        finally:
+            if not req.finished:
+                self.model.cancel(req)
+            self._write_truth(req)
+
+    def _write_truth(self, req: SimRequest) -> None:
+        if self._truth_file is not None:
+            self._truth_file.write(orjson.dumps(req.truth()) + b"\n")
+            self._truth_file.flush()
+
+    def _usage(self, req: SimRequest, completion: int) -> dict[str, Any]:
+        reported = int(completion * self.config.faults.usage_under)
+        return {
+            "prompt_tokens": len(req.prompt_ids),
+            "completion_tokens": reported,
+            "total_tokens": len(req.prompt_ids) + reported,
+            "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+        }
+
+    async def _whole(
+        self, req: SimRequest, body: dict[str, Any], chat: bool, finish: str, stops: list[str]
+    ) -> web.Response:
+        while not req.finished:
+            req.wake.clear()
+            await req.wake.wait()
+        words = [WORDS[_word_index(req, k)] for k in range(req.emitted)]
+        text, n, finish = _apply_stop("".join(" " + w for w in words), n_words=len(words), stops=stops, finish=finish)
+        created = int(time.time())
+        if chat:
+            message = {"role": "assistant", "content": text}
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+            obj = "text_completion"
+        out = {"id": f"cmpl-{req.rid}", "object": obj, "created": created, "model": self.config.model_name,
+               "choices": [choice], "usage": self._usage(req, n)}
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    async def _stream(
+        self, request: web.Request, req: SimRequest, body: dict[str, Any], chat: bool,
+        finish: str, plan: Any, stops: list[str],
+    ) -> web.StreamResponse:
+        cfg = self.config
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage"))
+        continuous = bool(opts.get("continuous_usage_stats"))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        frames = _Frames(req.rid, cfg.model_name, chat)
+        if chat:
+            await resp.write(frames.role())
+        sent = 0
+        held: list[bytes] = []
+        tail = ""
+        try:
+            while True:
+                if req.emitted <= sent and not req.finished:
+                    req.wake.clear()
+                    await req.wake.wait()
+                ready = req.emitted
+                if not req.finished and ready - sent < cfg.tokens_per_chunk:
+                    continue
+                out: list[bytes] = []
+                while sent < ready:
+                    k = min(cfg.tokens_per_chunk, ready - sent)
+                    if sent <= plan.stall_at < sent + k:
+                        await asyncio.sleep(cfg.faults.stall_s)
+                    if sent <= plan.malformed_at < sent + k:
+                        out.append(b"data: {not json\n\n")
+                    if sent <= plan.disconnect_at < sent + k:
+                        await resp.write(b"".join(out))
+                        request.transport.close()  # type: ignore[union-attr]
+                        return resp
+                    idx = [_word_index(req, j) for j in range(sent, sent + k)]
+                    piece = "".join(" " + WORDS[i] for i in idx)
+                    if stops:
+                        tail += piece
+                        cut = _first_stop(tail, stops)
+                        if cut is not None:
+                            finish = "stop"
+                            keep = piece[: max(0, len(piece) - (len(tail) - cut))]
+                            if keep:
+                                out.append(frames.token(orjson.dumps(keep)))
+                            sent += k
+                            req.finished = True
+                            break
+                        tail = tail[-_STOP_WINDOW:]
+                    word_json = _WORD_JSON[idx[0]] if k == 1 else orjson.dumps(piece)
+                    usage = b""
+                    if continuous:
+                        usage = b',"usage":' + orjson.dumps(self._usage(req, sent + k))
+                    out.append(frames.token(word_json, usage))
+                    sent += k
+                if cfg.faults.buffered and not req.finished:
+                    held.extend(out)
+                    continue
+                if held:
+                    out = held + out
+                    held = []
+                if out:
+                    await resp.write(b"".join(out))
+                if req.finished and sent >= req.emitted:
+                    break
+            final = [frames.finish(finish)]
+            if include_usage:
+                final.append(frames.usage(self._usage(req, sent)))
+            final.append(b"data: [DONE]\n\n")
+            await resp.write(b"".join(final))
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            req.cancelled = True
+            raise
+        return resp
+
+
+def _word_index(req: SimRequest, k: int) -> int:
+    """The k-th output word of a request: deterministic, cheap."""
+    return (len(req.prompt_ids) * 31 + k * 7919) % len(WORDS)
+
+
+def _first_stop(text: str, stops: list[str]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _apply_stop(text: str, n_words: int, stops: list[str], finish: str) -> tuple[str, int, str]:
+    cut = _first_stop(text, stops) if stops else None
+    if cut is None:
+        return text, n_words, finish
+    kept = text[:cut]
+    return kept, BUILTIN.count(kept), "stop"

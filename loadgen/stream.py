@@ -1,0 +1,322 @@
+"""Interpretation of one streaming chat/completions response, as its bytes arrive.
+
+I/O-free and clock-free: the engine hands over each read with the time the read
+returned, and this module decides which chunks carry output (the TTFT/ITL contract
+in DESIGN.md) and how many tokens each carried. Keeping it apart from the socket
+means every vendor quirk is pinned by a test on a byte literal.
+
+Which chunks carry output: a chat chunk whose ``choices[i].delta`` has non-empty
+``content``, ``reasoning_content`` or ``reasoning``, or a tool-call delta with a name
+or an arguments fragment; a completions chunk whose ``choices[i].text`` is non-empty.
+Role-only deltas (``content: ""`` or ``null``), empty deltas and finish chunks carry
+none, so they never start TTFT. With several choices (n > 1) each output-carrying
+choice counts.
+
+How many tokens: when a server sends running usage on every chunk (vLLM
+``continuous_usage_stats``), the rise in ``completion_tokens`` is the exact count of
+each chunk, which matters because one chunk can carry several tokens (speculative
+decoding, stream intervals, detokenizer hold-back). Otherwise each output chunk is
+one token until ``reconcile`` spreads the final ``usage`` over them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from loadgen.sse import BadStream, SSEParser
+
+__all__ = ["BadStream", "StreamError", "StreamTally"]
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_APIS = ("chat", "completions")
+
+
+class StreamError(BadStream):
+    """The endpoint reported an error inside the stream (``{"error": {...}}``).
+
+    ``message`` is the server's message, cut to 200 characters (it is untrusted text
+    that ends up in records and reports); ``code`` is its code or type, if any.
+    """
+
+    def __init__(self, message: str, code: str | int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class StreamTally:
+    """Running tally of one streamed response: output chunk times, token counts, usage.
+
+    ``feed(data, t_ns)`` per read, ``close()`` at end of body, then ``reconcile()``
+    for the token counts to record. Raises ``BadStream`` (or ``StreamError`` for an
+    in-stream error object) as soon as the stream stops making sense; what was
+    tallied until then stays readable for the failure record.
+    """
+
+    __slots__ = (
+        "api",
+        "keep_text",
+        "done",
+        "chunk_ns",
+        "chunk_tokens",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "events",
+        "_parser",
+        "_chat",
+        "_parts",
+        "_last_ct",
+        "_carry",
+        "_per_chunk",
+    )
+
+    def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
+        if api not in _APIS:
+            raise ValueError(f"api must be one of {_APIS}, not {api!r}")
+        self.api = api
+        self.keep_text = keep_text
+        self.done = False
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.events = 0
+        self._parser = SSEParser(max_event_bytes)
+        self._chat = api == "chat"
+        self._parts: list[str] = []
+        self._last_ct: int | None = None  # completion_tokens of the last usage seen
+        self._carry = 0  # usage rise seen on chunks without output, owed to the next one
+        self._per_chunk = False  # an output chunk got its count from running usage
+
+    @property
+    def text(self) -> str:
+        """The output text so far (reasoning, content, tool arguments); '' unless keep_text."""
+        return "".join(self._parts)
+
+    def feed(self, data: bytes, t_ns: int) -> None:
+        """Interpret one read; every event it completes is stamped ``t_ns``."""
+        payloads = self._parser.feed(data)
+        if payloads:
+            self._take(payloads, t_ns)
+
+    def close(self, t_ns: int | None = None) -> None:
+        """End of body: interpret a final event that had no closing blank line.
+
+        ``t_ns`` stamps such an event (the end-of-body time); without it the time of
+        the last output chunk is reused, or 0 when there was none.
+        """
+        payloads = self._parser.close()
+        if payloads:
+            if t_ns is None:
+                t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
+            self._take(payloads, t_ns)
+
+    def _take(self, payloads: list[bytes], t_ns: int) -> None:
+        """Interpret the events of one read (the hot loop: keep it flat)."""
+        self.events += len(payloads)
+        if self.done:
+            return  # anything after [DONE] is not part of the answer
+        chat = self._chat
+        keep = self.keep_text
+        for payload in payloads:
+            try:
+                obj = _loads(payload)
+            except _JSONDecodeError:
+                if _is_done(payload):
+                    self.done = True
+                    return
+                continue
+            # Shape checks cost nothing here: a non-dict where a dict belongs fails
+            # on .get or iteration, and the handler turns that into BadStream.
+            try:
+                choices = obj.get("choices")
+                if not choices or "error" in obj:
+                    _check_error(obj)
+                k = 0
+                if choices:
+                    for ch in choices:
+                        if chat:
+                            delta = ch.get("delta")
+                            if delta:
+                                if not keep and delta.get("content"):
+                                    k += 1
+                                else:
+                                    k += self._delta(delta)
+                        else:
+                            text = ch.get("text")
+                            if text:
+                                k += 1
+                                if keep and type(text) is str:
+                                    self._parts.append(text)
+                        fr = ch.get("finish_reason")
+                        if fr is not None:
+                            self.finish_reason = fr if type(fr) is str else str(fr)
+                usage = obj.get("usage")
+            except (AttributeError, TypeError):
+                raise BadStream(_shape_error(obj, payload)) from None
+            if k:
+                self.chunk_ns.append(t_ns)
+                if usage:
+                    k = self._usage(usage, k, True)
+                self.chunk_tokens.append(k)
+            elif usage:
+                self._usage(usage, 0, False)
+
+    def _delta(self, delta: dict[str, Any]) -> int:
+        """1 if a chat delta carries output, else 0; keeps its text when asked."""
+        content = delta.get("content")
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        tools = delta.get("tool_calls")
+        args = _tool_text(tools) if tools else None
+        if not (content or reasoning or args is not None):
+            return 0
+        if self.keep_text:
+            for piece in (reasoning, content, args):
+                if piece and type(piece) is str:
+                    self._parts.append(piece)
+        return 1
+
+    def _usage(self, usage: Any, k: int, output: bool) -> int:
+        """Record usage; return the token count of this chunk (``k`` unless running usage).
+
+        Running usage gives a chunk its exact count when there is a baseline: an
+        earlier usage, or none needed because this is the first output chunk. A
+        usage first seen on a later output chunk is a final total riding on the last
+        chunk (some servers do that), not a running count.
+        """
+        if type(usage) is not dict:
+            return k
+        pt = usage.get("prompt_tokens")
+        if type(pt) is int:
+            self.prompt_tokens = pt
+        details = usage.get("prompt_tokens_details")
+        if details and type(details) is dict:
+            cached = details.get("cached_tokens")
+            if type(cached) is int:
+                self.cached_tokens = cached
+        ct = usage.get("completion_tokens")
+        if type(ct) is not int:
+            return k
+        self.completion_tokens = ct
+        last = self._last_ct
+        self._last_ct = ct
+        if last is None:
+            if not output or len(self.chunk_ns) > 1:
+                return k
+            last = 0
+        rise = ct - last + self._carry
+        if not output:
+            self._carry = max(rise, 0)
+            return k
+        self._carry = 0
+        self._per_chunk = True
+        # An output chunk carries at least one token, whatever the counter says.
+        return rise if rise > 1 else 1
+
+    def reconcile(self) -> tuple[list[int], int, str]:
+        """Final per-chunk token counts, their total, and where the count came from.
+
+        - ``usage_per_chunk``: running usage gave counts on output chunks; they are
+          kept as observed (a rise seen after the last output chunk, e.g. on the
+          finish chunk, is added to the last one).
+        - ``usage``: the final ``completion_tokens`` is at least the number of output
+          chunks; it is spread over them, each at least 1, the remainder given one
+          each to chunks evenly spaced through the stream (deterministic).
+        - ``chunks``: no usage, or a usage below the number of output chunks (an
+          under-reporting server; the caller stores the reported value beside it, so
+          the mismatch stays visible): one token per output chunk.
+        - no output chunks: ``([], 0, "usage")`` if usage was reported, else
+          ``([], 0, "none")``.
+        """
+        n = len(self.chunk_tokens)
+        ct = self.completion_tokens
+        if n == 0:
+            return [], 0, ("none" if ct is None else "usage")
+        if self._per_chunk:
+            counts = list(self.chunk_tokens)
+            counts[-1] += self._carry
+            return counts, sum(counts), "usage_per_chunk"
+        if ct is not None and ct >= n:
+            return spread(ct, n), ct, "usage"
+        return [1] * n, n, "chunks"
+
+
+def spread(total: int, n: int) -> list[int]:
+    """Split ``total`` over ``n`` chunks: each gets ``total // n``, and the remainder
+    ``r`` goes one each to the chunks where ``floor(i * r / n)`` steps up, so extra
+    tokens are spaced evenly through the stream rather than piled at one end.
+    """
+    base, r = divmod(total, n)
+    if not r:
+        return [base] * n
+    return [base + ((i + 1) * r // n - i * r // n) for i in range(n)]
+
+
+def _tool_text(tools: Any) -> str | None:
+    """Argument text of the tool-call deltas in a chunk, or None if none is output.
+
+    A delta with a name or an arguments fragment is output, even when the fragment is
+    empty (the first delta of a call names it); an id-only header is not.
+    """
+    if type(tools) is not list:
+        return None
+    text: str | None = None
+    for call in tools:
+        fn = call.get("function") if type(call) is dict else None
+        if type(fn) is not dict:
+            continue
+        name = fn.get("name")
+        args = fn.get("arguments")
+        if name or args:
+            text = (text or "") + (args if args and type(args) is str else "")
+    return text
+
+
+def _shape_error(obj: Any, payload: bytes) -> str:
+    """Message for a chunk whose JSON is not shaped like a chunk."""
+    if type(obj) is not dict:
+        return f"event data is JSON but not an object: {payload[:60]!r}"
+    return f"malformed chunk (a field has the wrong type): {payload[:60]!r}"
+
+
+def _is_done(payload: bytes) -> bool:
+    """True for the ``[DONE]`` sentinel; raise ``BadStream`` for any other non-JSON.
+
+    An empty ``data:`` event carries nothing and is not worth failing a run over.
+    """
+    stripped = payload.strip()
+    if stripped == b"[DONE]":
+        return True
+    if stripped:
+        raise BadStream(f"non-JSON event data: {payload[:60]!r}")
+    return False
+
+
+def _check_error(obj: dict[str, Any]) -> None:
+    """Raise ``StreamError`` if the chunk is an in-stream error object.
+
+    Handles ``{"error": {"message": ..., "code": ...}}`` (OpenAI, newer vLLM),
+    ``{"error": "text"}`` and the flat ``{"object": "error", "message": ...}`` of
+    older vLLM builds. ``"error": null`` is not an error.
+    """
+    err = obj.get("error")
+    if err is None:
+        if obj.get("object") != "error":
+            return
+        err = obj
+    code: str | int | None = None
+    if type(err) is dict:
+        msg = err.get("message") or orjson.dumps(err).decode("utf-8", "replace")
+        c = err.get("code") or err.get("type")
+        if type(c) in (str, int):
+            code = c
+    else:
+        msg = err
+    raise StreamError(str(msg)[:200], code)

@@ -1,0 +1,351 @@
+"""Workloads: what traffic looks like, as a pure function of (spec, seed, index).
+
+A ``Workload`` hands the engine ``Session``s by index, so session i is the same
+bytes on any machine and in any worker process, and nothing is materialised
+ahead of need beyond what the run asks for.
+
+``load_workload`` reads a YAML spec (a built-in name such as ``chat`` or a path),
+validates all of it before any traffic, and returns one of: ``ChatWorkload``,
+``RagWorkload``, ``AgenticWorkload`` (``loadgen/synthetic.py``) or a trace replay
+(``loadgen/traces.py``). Randomness comes only from ``rng(seed, tag, *key)``, a
+fresh Generator per (stream, session, turn), so no draw in one session can shift
+another's, and a tokenizer that needs extra draws to hit a length exactly changes
+only the text it builds, never the lengths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from .errors import ConfigError, LoadgenError, SpecError
+from .session import Session, Turn
+from .specfile import Fields, apply_overrides, load_yaml
+from .tokenizer import BUILTIN, Tokenizer, get_tokenizer
+
+__all__ = [
+    "Workload",
+    "SyntheticChat",
+    "TextSource",
+    "load_workload",
+    "builtin_specs",
+    "find_spec",
+    "rng",
+    "PREFIX_TOKENS",
+]
+
+# Tokens of the salt prefix (cold prefix caches per load point) and of the prefix
+# that tells a wrapped-around pass over a finite trace from the first pass.
+PREFIX_TOKENS = 4
+_MASK32 = 0xFFFFFFFF
+
+
+def rng(seed: int, tag: int, *key: int) -> np.random.Generator:
+    """A Generator for one stream: every value is split into two 32-bit words and
+    the key length is mixed in, since SeedSequence pads short entropy with zeros
+    (so [1, 2] and [1, 2, 0] would otherwise collide)."""
+    words: list[int] = [tag, len(key)]
+    for v in (seed, *key):
+        v = int(v)
+        words += [v & _MASK32, (v >> 32) & _MASK32]
+    return np.random.default_rng(words)
+
+
+def str_key(text: str) -> int:
+    """A stable 63-bit integer for a string (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+class Workload(Protocol):
+    name: str
+
+    @property
+    def size(self) -> int | None:
+        """Distinct sessions (a finite trace), or None when unbounded. Indices past
+        it wrap around, each later pass under its own prefix (no false cache hits)."""
+
+    def session(self, i: int) -> Session:
+        """Session ``i``: a pure function of the workload spec, its seed and ``i``."""
+
+    def offsets_ns(self) -> np.ndarray | None:
+        """Arrival offsets carried by the workload itself (trace replay), else None."""
+
+    def describe(self) -> dict[str, Any]:
+        """Resolved spec, for run.json and previews."""
+
+
+@dataclass(frozen=True)
+class SyntheticChat:
+    """Single-turn chat with fixed prompt and answer lengths (``loadgen run`` flags).
+
+    ``salt`` prefixes every prompt with a run- or point-specific word so prefix
+    caches start cold for each load point.
+    """
+
+    input_tokens: int = 128
+    output_tokens: int = 128
+    seed: int = 0
+    salt: str = ""
+    name: str = "synthetic-chat"
+
+    @property
+    def size(self) -> int | None:
+        return None
+
+    def session(self, i: int) -> Session:
+        rng = np.random.default_rng([self.seed, i])
+        n = self.input_tokens
+        salt = f" {self.salt}_{i}" if self.salt else ""  # one token
+        body = BUILTIN.words(max(n - (1 if salt else 0), 0), rng)
+        return Session(
+            session=i,
+            turns=(Turn(text=salt + body, max_tokens=self.output_tokens, prompt_tokens=n),),
+        )
+
+    def offsets_ns(self) -> np.ndarray | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "seed": self.seed,
+            "salt": self.salt,
+        }
+
+
+# -- text --------------------------------------------------------------------------
+
+_TAG_SALT = 0x5A17
+_TAG_CYCLE = 0xC1C1E
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """Builds prompt text of target token counts under one tokenizer.
+
+    ``ratio`` is endpoint tokens per tokenizer token (``loadgen.calibrate``):
+    a target of n tokens is built as round(n / ratio) tokenizer tokens, and the
+    workload still reports n as the requested prompt size.
+    """
+
+    tokenizer: Tokenizer = BUILTIN
+    ratio: float = 1.0
+    seed: int = 0
+    salt: str = ""
+
+    def words(self, n: int, gen: np.random.Generator) -> str:
+        if n <= 0:
+            return ""
+        m = n if self.ratio == 1.0 else max(1, round(n / self.ratio))
+        return self.tokenizer.words(m, gen)
+
+    def count(self, text: str) -> int:
+        """Target (endpoint) tokens of a given text."""
+        c = self.tokenizer.count(text)
+        return c if self.ratio == 1.0 else round(c * self.ratio)
+
+    @cached_property
+    def salt_text(self) -> str:
+        if not self.salt:
+            return ""
+        return self.words(PREFIX_TOKENS, rng(self.seed, _TAG_SALT, str_key(self.salt)))
+
+    def prefix(self, cycle: int) -> tuple[str, int]:
+        """Text put before every session's context, and its target token count."""
+        text, n = self.salt_text, PREFIX_TOKENS if self.salt else 0
+        if cycle > 0:
+            text += self.words(PREFIX_TOKENS, rng(self.seed, _TAG_CYCLE, cycle))
+            n += PREFIX_TOKENS
+        return text, n
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"tokenizer": getattr(self.tokenizer, "name", "custom"), "ratio": self.ratio}
+        if getattr(self.tokenizer, "sha256", None):
+            d["tokenizer_sha256"] = self.tokenizer.sha256  # type: ignore[attr-defined]
+        return d
+
+
+def with_prefix(s: Session, text: str, n: int) -> Session:
+    """``s`` with ``text`` (n tokens) at the very start of its context (and its children's)."""
+    if not text:
+        return s
+    turns = tuple(
+        replace(t, prompt_tokens=t.prompt_tokens + n,
+                children=tuple(with_prefix(c, text, n) for c in t.children))
+        for t in s.turns
+    )
+    if s.system:
+        return replace(s, system=text + s.system, turns=turns)
+    first = turns[0]
+    return replace(s, turns=(replace(first, text=text + first.text), *turns[1:]))
+
+
+@dataclass(frozen=True)
+class Base:
+    """What every spec-built workload shares: name, seed, text source, wrap-around."""
+
+    name: str
+    seed: int
+    text: TextSource
+    source: str = ""  # the spec file
+
+    @property
+    def size(self) -> int | None:
+        return None
+
+    def session(self, i: int) -> Session:
+        if i < 0:
+            raise IndexError(f"session index {i} < 0")
+        n = self.size
+        cycle, j = (0, i) if n is None else divmod(i, n)
+        s = self._build(j)
+        s = replace(s, session=i)
+        return with_prefix(s, *self.text.prefix(cycle))
+
+    def _build(self, j: int) -> Session:
+        raise NotImplementedError
+
+    def offsets_ns(self) -> np.ndarray | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "spec": self.source, "seed": self.seed,
+                "salt": self.text.salt, **self.text.describe(), **self._describe()}
+
+    kind = "base"
+
+    def _describe(self) -> dict[str, Any]:
+        return {}
+
+    def sessions(self, n: int) -> Iterator[Session]:
+        """The first ``n`` sessions (previews and tests)."""
+        return (self.session(i) for i in range(n))
+
+
+# -- loading -----------------------------------------------------------------------
+
+
+def _spec_dirs() -> list[Path]:
+    dirs: list[Path] = []
+    try:
+        res = importlib.resources.files("loadgen") / "_workloads"
+        if res.is_dir():
+            dirs.append(Path(str(res)))
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    repo = Path(__file__).resolve().parent.parent / "workloads"
+    if repo.is_dir():
+        dirs.append(repo)
+    return dirs
+
+
+def builtin_specs() -> dict[str, Path]:
+    """Built-in spec names and files: the packaged ones first, then the repo's."""
+    out: dict[str, Path] = {}
+    for d in _spec_dirs():
+        for p in sorted(d.glob("*.yaml")):
+            out.setdefault(p.stem, p)
+    return out
+
+
+def find_spec(name_or_path: str) -> Path:
+    """A spec file from a built-in name or a path."""
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        return p
+    specs = builtin_specs()
+    if name_or_path in specs:
+        return specs[name_or_path]
+    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        raise SpecError(f"{name_or_path}: no such workload file")
+    raise SpecError(f"{name_or_path}: no such workload (built-in: {', '.join(specs) or 'none'})")
+
+
+KINDS = ("chat", "rag", "agentic", "trace")
+
+# ``loadgen run --input-tokens/--output-tokens`` with a spec: fixed lengths.
+_ALIASES = {"input_tokens": {"chat": "input"},
+            "output_tokens": {"chat": "output", "rag": "output", "agentic": "output",
+                              "trace": "output_tokens"}}
+
+
+def _resolve_aliases(kind: str, overrides: dict[str, Any], file: str) -> dict[str, Any]:
+    out = {}
+    for k, v in overrides.items():
+        if k in _ALIASES:
+            target = _ALIASES[k].get(kind)
+            if target is None:
+                raise SpecError(f"{file}: override {k}: does not apply to a {kind} workload")
+            out[target] = v
+        else:
+            out[k] = v
+    return out
+
+
+def load_workload(
+    name_or_path: str,
+    *,
+    seed: int = 0,
+    salt: str = "",
+    tokenizer: Tokenizer | str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Workload:
+    """Read, validate and build a workload; any error is a ``SpecError`` naming
+    file:line: field, raised before any traffic.
+
+    ``overrides`` sets spec fields by dotted key (``{"input.mean": 300}``,
+    ``{"turns": 4}``, ``{"tokens.ratio": 1.1}``, ``{"path": "my.jsonl"}``) or
+    nested dicts; ``input_tokens``/``output_tokens`` fix those lengths. A
+    ``tokenizer`` (object or HF tokenizer.json path) wins over the spec's.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ConfigError(f"--seed {seed!r}: must be a whole number from 0 to 2**64-1")
+    path = find_spec(name_or_path)
+    file = str(path)
+    doc = load_yaml(path)
+    kind = doc.get("kind")
+    if overrides:
+        apply_overrides(doc, _resolve_aliases(str(kind), dict(overrides), file), file)
+    f = Fields(doc, file, base=path.parent)
+    kind = f.string("kind", choices=KINDS)
+    name = f.string("name", path.stem)
+    f.string("description", "")
+    text = _text_source(f, seed, salt, tokenizer)
+    common = {"name": name, "seed": seed, "text": text, "source": file}
+    if kind == "trace":
+        from .traces import build_trace
+
+        w = build_trace(f, common)
+    else:
+        from .synthetic import build_synthetic
+
+        w = build_synthetic(kind, f, common)
+    f.finish()
+    return w
+
+
+def _text_source(f: Fields, seed: int, salt: str, tokenizer: Tokenizer | str | None) -> TextSource:
+    t = f.sub("tokens", None)
+    ratio, tok_path = 1.0, None
+    if t is not None:
+        tok_spec = t.string("tokenizer", "builtin")
+        tok_path = None if tok_spec == "builtin" else t.path("tokenizer")
+        ratio = t.number("ratio", 1.0, gt=0)
+        t.finish()
+    if tokenizer is None:
+        try:
+            tokenizer = get_tokenizer(tok_path)
+        except LoadgenError as e:  # a bad tokenizer file: name the spec field too
+            raise t.error("tokenizer", str(e)) from None  # type: ignore[union-attr]
+    else:
+        tokenizer = get_tokenizer(tokenizer)
+    return TextSource(tokenizer=tokenizer, ratio=float(ratio), seed=seed, salt=salt)

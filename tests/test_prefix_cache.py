@@ -1,0 +1,151 @@
+"""The simulator's block pool and prefix cache: chained hashes, refcounts, LRU eviction."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadgen.sim.prefix_cache import PrefixCache, block_hashes
+
+BS = 4
+
+
+def test_hashes_cover_full_blocks_only():
+    assert len(block_hashes(list(range(11)), BS)) == 2
+    assert block_hashes([1, 2, 3], BS) == []
+
+
+def test_equal_prefixes_share_blocks_until_first_difference():
+    a = block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], BS)
+    b = block_hashes([1, 2, 3, 4, 5, 6, 0, 8, 9, 10, 11, 12], BS)
+    assert a[0] == b[0]
+    # Block 1 differs; block 2 has equal tokens but a different parent: chained.
+    assert a[1] != b[1] and a[2] != b[2]
+
+
+def test_hashes_are_stable_across_calls_and_depend_on_position():
+    ids = [7] * 8
+    assert block_hashes(ids, BS) == block_hashes(list(ids), BS)
+    h = block_hashes(ids, BS)
+    assert h[0] != h[1]  # same tokens, different parent
+
+
+def test_lookup_counts_leading_hits_and_free_ones():
+    pc = PrefixCache(10)
+    h = block_hashes(list(range(12)), BS)
+    assert pc.lookup(h) == (0, 0)
+    assert pc.allocate(3)
+    for x in h:
+        pc.commit(x)
+    assert pc.lookup(h) == (3, 0)  # cached and referenced
+    assert pc.lookup(h, limit=2) == (2, 0)
+    pc.release(h)
+    assert pc.lookup(h) == (3, 3)  # cached, free: acquiring costs capacity
+    assert pc.lookup([h[0], 999, h[2]]) == (1, 1)  # stops at the first miss
+
+
+def test_refcounts_keep_shared_blocks_in_use():
+    pc = PrefixCache(4)
+    h = block_hashes(list(range(8)), BS)
+    assert pc.allocate(2)
+    for x in h:
+        pc.commit(x)
+    pc.acquire(h)  # a second sequence shares both blocks
+    assert pc.num_used == 2
+    pc.release(h)
+    assert pc.num_used == 2 and pc.num_free == 2
+    pc.release(h)
+    assert pc.num_used == 0 and pc.num_free == 4 and pc.num_cached == 2
+
+
+def test_commit_of_an_already_cached_hash_frees_the_duplicate():
+    pc = PrefixCache(4)
+    (h,) = block_hashes([1, 2, 3, 4], BS)
+    assert pc.allocate(2)  # two sequences each computed the same block
+    pc.commit(h)
+    pc.commit(h)
+    assert pc.num_used == 1
+    pc.release([h])
+    pc.release([h])
+    assert pc.num_used == 0 and pc.num_cached == 1
+
+
+def test_eviction_is_lru_and_tail_first_within_a_prompt():
+    pc = PrefixCache(4)
+    a = block_hashes(list(range(8)), BS)
+    b = block_hashes(list(range(100, 108)), BS)
+    assert pc.allocate(4)
+    for x in a + b:
+        pc.commit(x)
+    pc.release(a)  # freed first: evicted first, tail block a[1] before head a[0]
+    pc.release(b)
+    assert pc.allocate(1)
+    assert pc.lookup(a) == (1, 1)  # a[1] evicted, a[0] kept
+    assert pc.allocate(1)
+    assert pc.lookup(a) == (0, 0)
+    assert pc.lookup(b) == (2, 2)
+    assert pc.evictions == 2
+
+
+def test_acquire_takes_free_cached_blocks_out_of_the_lru():
+    pc = PrefixCache(3)
+    h = block_hashes(list(range(8)), BS)
+    assert pc.allocate(2)
+    for x in h:
+        pc.commit(x)
+    pc.release(h)
+    pc.acquire(h[:1])  # reuse the head block
+    assert pc.num_free == 2
+    assert pc.allocate(2)  # evicts h[1], never the acquired h[0]
+    assert pc.lookup(h) == (1, 0)
+    assert not pc.allocate(1)
+
+
+def test_allocation_fails_cleanly_when_full():
+    pc = PrefixCache(2)
+    assert pc.allocate(2)
+    assert not pc.allocate(1)
+    pc.free(1)
+    assert pc.allocate(1)
+    with pytest.raises(ValueError):
+        pc.free(3)
+    with pytest.raises(ValueError):
+        PrefixCache(0)
+
+
+def test_reset_drops_only_unreferenced_blocks():
+    pc = PrefixCache(4)
+    a, b = block_hashes([1] * 4, BS), block_hashes([2] * 4, BS)
+    assert pc.allocate(2)
+    pc.commit(a[0])
+    pc.commit(b[0])
+    pc.release(a)
+    assert pc.reset() == 1
+    assert pc.lookup(a) == (0, 0) and pc.lookup(b) == (1, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3)), max_size=40))
+def test_capacity_is_conserved_under_any_interleaving(ops):
+    """Sequences of 1-3 blocks drawn from 6 shared prompts come and go; the pool never
+    over- or under-counts: used + free == total, and releasing everything frees all."""
+    pc = PrefixCache(8)
+    prompts = [block_hashes([p] * 12, BS) for p in range(6)]
+    held: list[list[int]] = []
+    for p, n in ops:
+        hashes = prompts[p][:n]
+        hit, lru = pc.lookup(hashes)
+        if n - hit + lru <= pc.num_free:
+            pc.acquire(hashes[:hit])
+            assert pc.allocate(n - hit)
+            for x in hashes[hit:]:
+                pc.commit(x)
+            held.append(hashes)
+        elif held:
+            pc.release(held.pop(0))
+        assert pc.num_used + pc.num_free == pc.num_blocks
+        assert 0 <= pc.num_used <= pc.num_blocks
+    for h in held:
+        pc.release(h)
+    assert pc.num_used == 0 and pc.num_free == 8
