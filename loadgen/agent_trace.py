@@ -189,7 +189,7 @@ class AgenticTrace(Base):
             r = a.requests[k]
             fill = rng(self.seed, _TAG_TEXT, j, *a.path, k)
             if k == 0:
-                text = self._blocks.text(a.scope, r.hash_ids, n, a.block, lambda: fill)  # type: ignore[attr-defined]
+                text = self._blocks.text(a.scope, r.hash_ids, n, a.block, lambda f=fill: f)  # type: ignore[attr-defined]
             else:
                 text = self.text.words(n, fill)
             think = r.think_s if self.max_think_s is None else min(r.think_s, self.max_think_s)

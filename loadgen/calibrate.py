@@ -143,7 +143,7 @@ async def calibrate(
         method = "tokenize"
         if None in counts:
             counts, method = await _usage_probes(http, base_url, with_model, probes, headers)
-    samples = list(zip(expected, counts))
+    samples = list(zip(expected, counts, strict=True))
     ratio, overhead = fit(samples)  # type: ignore[arg-type]
     return Calibration(method=method, ratio=ratio, overhead=overhead,
                        samples=tuple(samples), tokenizer=getattr(tok, "name", "custom"))  # type: ignore[arg-type]

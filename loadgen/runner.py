@@ -238,6 +238,17 @@ async def run_engine(
     }
 
 
+async def simulator_health(url: str) -> dict[str, Any]:
+    """Whether the built-in simulator kept up with its own model during the run."""
+    from .prom import fetch_metrics, metrics_url
+
+    m = await fetch_metrics(metrics_url(url)) or {}
+    return {
+        "late_steps": int(m.get("vllm:late_steps_total", 0)),
+        "max_lateness_ms": 1e3 * m.get("vllm:max_lateness_seconds", 0.0),
+    }
+
+
 def execute(
     settings: RunSettings,
     workload: Workload,
@@ -267,6 +278,8 @@ def execute(
         write_json(out / "run.json", meta)
         client = asyncio.run(run_engine(settings, workload, url, model, out, run_id,
                                         api_key=api_key, on_engine=on_engine))
+        if is_sim:
+            meta["simulator"].update(asyncio.run(simulator_health(url)))
     compact(out)
     meta["client"] = client
     meta["finished_wall_ns"] = time.time_ns()

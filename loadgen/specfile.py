@@ -113,8 +113,10 @@ def apply_overrides(doc: LineDict, overrides: Mapping[str, Any] | None, file: st
 class Fields:
     """Typed, located reads from one mapping of a spec; see the module docstring."""
 
-    def __init__(self, data: LineDict, file: str, base: Path | None = None, prefix: str = "") -> None:
+    def __init__(self, data: LineDict, file: str, base: Path | None = None, prefix: str = "",
+                 line: int | None = None) -> None:
         self.data = data
+        self.line = data.line if line is None else line  # of the key that holds this mapping
         self.file = file
         self.base = base or Path.cwd()
         self.prefix = prefix
@@ -123,7 +125,7 @@ class Fields:
     # -- errors ------------------------------------------------------------------
     def error(self, key: str | None, msg: str) -> SpecError:
         field = f"{self.prefix}{key}" if key else self.prefix.rstrip(".") or "spec"
-        line = self.data.lines.get(key, self.data.line) if key else self.data.line
+        line = self.data.lines.get(key, self.line) if key else self.line
         if line == OVERRIDE:
             return SpecError(f"{self.file}: override {field}: {msg}")
         return SpecError(f"{self.file}:{line}: {field}: {msg}")
@@ -214,7 +216,7 @@ class Fields:
             return value
         if not isinstance(value, LineDict):
             raise self.error(key, "must be a mapping of keys to values")
-        return Fields(value, self.file, self.base, f"{self.prefix}{key}.")
+        return Fields(value, self.file, self.base, f"{self.prefix}{key}.", self.data.lines.get(key))
 
     def finish(self) -> None:
         """Reject every key that no one read: a typo must not pass silently."""

@@ -48,7 +48,7 @@ class SSEParser:
     measured so, whether a stream raises does not depend on how it was split.
     """
 
-    __slots__ = ("_buf", "_clean", "_cr", "_max", "_start")
+    __slots__ = ("_buf", "_cr", "_max", "_start", "idle")
 
     def __init__(self, max_event_bytes: int = 1 << 20) -> None:
         if max_event_bytes < 1:
@@ -57,12 +57,19 @@ class SSEParser:
         self._buf = b""  # LF-normalised bytes of the event in progress, no leading LF
         self._cr = False  # last byte fed was a CR: a LF right after it is its pair
         self._start = True  # nothing but (part of) a BOM seen yet
-        self._clean = False  # buffer empty, no CR pending, past the start: fast path ok
+        # True when no partial event is held (the next read starts at an event): the
+        # fast paths here and in StreamTally may then read a whole event directly.
+        self.idle = False
 
     def feed(self, data: bytes) -> list[bytes]:
         """Return the data payloads of the events that ``data`` completes."""
-        if self._clean and data[-2:] == b"\n\n" and 13 not in data:
-            return self._events(data, len(data) - 2)
+        if self.idle and data[-2:] == b"\n\n":
+            if data[:6] == b"data: ":
+                payload = data[6:-2]  # one single-line event, the usual read
+                if 10 not in payload and 13 not in payload and len(payload) + 6 <= self._max:
+                    return [payload]
+            if 13 not in data:
+                return self._events(data, len(data) - 2)
         return self._feed(data)
 
     def _feed(self, data: bytes) -> list[bytes]:
@@ -95,7 +102,7 @@ class SSEParser:
             if len(buf) - (buf[-1:] == b"\n") > self._max:
                 raise self._too_big()
             self._buf = buf
-            self._clean = not buf and not self._cr
+            self.idle = not buf and not self._cr
             return []
         rest = buf[end + 2 :]
         if rest[:1] == b"\n":
@@ -103,7 +110,7 @@ class SSEParser:
         if len(rest) - (rest[-1:] == b"\n") > self._max:
             raise self._too_big()
         self._buf = rest
-        self._clean = not rest and not self._cr
+        self.idle = not rest and not self._cr
         return self._events(buf, end)
 
     def _events(self, buf: bytes, end: int) -> list[bytes]:
@@ -145,7 +152,7 @@ class SSEParser:
         self._buf = b""
         self._cr = False
         self._start = True
-        self._clean = False
+        self.idle = False
         if block.endswith(b"\n"):
             block = block[:-1]
         if not block:

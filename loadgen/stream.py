@@ -17,6 +17,14 @@ How many tokens: when a server sends running usage on every chunk (vLLM
 each chunk, which matters because one chunk can carry several tokens (speculative
 decoding, stream intervals, detokenizer hold-back). Otherwise each output chunk is
 one token until ``reconcile`` spreads the final ``usage`` over them.
+
+Speed: a server's content chunks differ only in the content string (and sometimes
+``created``), so after decoding one, the tally learns its bytes before and after that
+string and proves, with one probe decode, that the gap is exactly the content's string
+body. A later chunk with the same prefix and suffix and a gap that is plain text (no
+quote, backslash or control character, valid UTF-8) then is, provably, that same chunk
+with other content: counted without a JSON decode and, when the read is exactly one
+such event, without the SSE parser. Anything else takes the full path.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ __all__ = ["BadStream", "StreamError", "StreamTally"]
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _APIS = ("chat", "completions")
+_LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
 
 
 class StreamError(BadStream):
@@ -73,6 +82,10 @@ class StreamTally:
         "_last_ct",
         "_carry",
         "_per_chunk",
+        "_sse",
+        "_tpl",
+        "_ftpl",
+        "_learns",
     )
 
     def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
@@ -94,6 +107,12 @@ class StreamTally:
         self._last_ct: int | None = None  # completion_tokens of the last usage seen
         self._carry = 0  # usage rise seen on chunks without output, owed to the next one
         self._per_chunk = False  # an output chunk got its count from running usage
+        self._sse = self._parser.feed
+        # Learned content-chunk template: (prefix, suffix, len(prefix), len(suffix)) of
+        # a payload, and the same for a read holding just that event (``_ftpl``).
+        self._tpl: tuple[bytes, bytes, int, int] | None = None
+        self._ftpl: tuple[bytes, bytes, int, int] | None = None
+        self._learns = _LEARNS
 
     @property
     def text(self) -> str:
@@ -102,7 +121,21 @@ class StreamTally:
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read; every event it completes is stamped ``t_ns``."""
-        payloads = self._parser.feed(data)
+        tpl = self._ftpl
+        if tpl is not None and self._parser.idle:
+            pre, suf, lo, hi = tpl
+            n = len(data)
+            if n >= lo + hi and data.startswith(pre) and data.endswith(suf):
+                text = _plain(data[lo : n - hi])
+                if text is not None:  # exactly one event: a content chunk, proven
+                    self.events += 1
+                    if text:
+                        self.chunk_ns.append(t_ns)
+                        self.chunk_tokens.append(1)
+                        if self.keep_text:
+                            self._parts.append(text)
+                    return
+        payloads = self._sse(data)
         if payloads:
             self._take(payloads, t_ns)
 
@@ -125,12 +158,26 @@ class StreamTally:
             return  # anything after [DONE] is not part of the answer
         chat = self._chat
         keep = self.keep_text
+        tpl = self._tpl
         for payload in payloads:
+            if tpl is not None:
+                pre, suf, lo, hi = tpl
+                n = len(payload)
+                if n >= lo + hi and payload.startswith(pre) and payload.endswith(suf):
+                    text = _plain(payload[lo : n - hi])
+                    if text is not None:
+                        if text:
+                            self.chunk_ns.append(t_ns)
+                            self.chunk_tokens.append(1)
+                            if keep:
+                                self._parts.append(text)
+                        continue
             try:
                 obj = _loads(payload)
             except _JSONDecodeError:
                 if _is_done(payload):
                     self.done = True
+                    self._tpl = self._ftpl = None
                     return
                 continue
             # Shape checks cost nothing here: a non-dict where a dict belongs fails
@@ -165,9 +212,58 @@ class StreamTally:
                 self.chunk_ns.append(t_ns)
                 if usage:
                     k = self._usage(usage, k, True)
+                elif k == 1 and self._learns and len(choices) == 1:
+                    self._learn(payload, obj)
+                    tpl = self._tpl
                 self.chunk_tokens.append(k)
             elif usage:
                 self._usage(usage, 0, False)
+
+    def _learn(self, payload: bytes, obj: dict[str, Any]) -> None:
+        """Learn ``payload`` as the template of this stream's content chunks, if it is one.
+
+        It must be a single-choice chunk whose only output is a non-empty content (or
+        completion text) string, with no usage, finish reason or error. The string's
+        body is found by its key; a probe decode of the payload with another body put
+        there must give the same object with only that string changed, which proves
+        the bytes around it are everything else in the chunk. ``obj`` is consumed.
+        """
+        ch = obj["choices"][0]
+        if ch.get("finish_reason") is not None or obj.get("error") is not None:
+            return
+        if self._chat:
+            target, field, key = ch["delta"], "content", b'"content":'
+            if target.get("reasoning_content") or target.get("reasoning") or target.get("tool_calls"):
+                return
+        else:
+            target, field, key = ch, "text", b'"text":'
+        value = target.get(field)
+        i = payload.find(key)
+        if type(value) is not str or i < 0:
+            return
+        i += len(key)
+        if payload[i : i + 1] == b" ":
+            i += 1
+        if payload[i : i + 1] != b'"':
+            return
+        i += 1
+        j = payload.find(b'"', i)
+        if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
+            return
+        self._learns -= 1
+        pre, suf = payload[:i], payload[j:]
+        probe = "~" if value != "~" else "~~"
+        target[field] = probe
+        try:
+            if _loads(pre + probe.encode() + suf) != obj:
+                return
+        except _JSONDecodeError:
+            return
+        self._tpl = (pre, suf, len(pre), len(suf))
+        if 10 in pre or 13 in pre or 10 in suf or 13 in suf:
+            self._ftpl = None  # a multi-line event: only the parser can frame it
+        else:
+            self._ftpl = (b"data: " + pre, suf + b"\n\n", len(pre) + 6, len(suf) + 2)
 
     def _delta(self, delta: dict[str, Any]) -> int:
         """1 if a chat delta carries output, else 0; keeps its text when asked."""
@@ -223,35 +319,42 @@ class StreamTally:
     def reconcile(self) -> tuple[list[int], int, str]:
         """Final per-chunk token counts, their total, and where the count came from.
 
+        Without running usage a chunk's observed count is 1 per output-carrying choice
+        (so 1, unless n > 1). Then:
+
         - ``usage_per_chunk``: running usage gave counts on output chunks; they are
           kept as observed (a rise seen after the last output chunk, e.g. on the
           finish chunk, is added to the last one).
-        - ``usage``: the final ``completion_tokens`` is at least the number of output
-          chunks; it is spread over them, each at least 1, the remainder given one
-          each to chunks evenly spaced through the stream (deterministic).
-        - ``chunks``: no usage, or a usage below the number of output chunks (an
+        - ``usage``: the final ``completion_tokens`` is at least the observed total;
+          each chunk keeps its observed count and the surplus is spread over the
+          chunks by ``spread`` (evenly, deterministically).
+        - ``chunks``: no usage, or a usage below the observed total (an
           under-reporting server; the caller stores the reported value beside it, so
-          the mismatch stays visible): one token per output chunk.
+          the mismatch stays visible): the observed counts.
         - no output chunks: ``([], 0, "usage")`` if usage was reported, else
           ``([], 0, "none")``.
         """
-        n = len(self.chunk_tokens)
-        ct = self.completion_tokens
-        if n == 0:
-            return [], 0, ("none" if ct is None else "usage")
+        counts = list(self.chunk_tokens)
+        if not counts:
+            return [], 0, ("none" if self.completion_tokens is None else "usage")
         if self._per_chunk:
-            counts = list(self.chunk_tokens)
             counts[-1] += self._carry
             return counts, sum(counts), "usage_per_chunk"
-        if ct is not None and ct >= n:
-            return spread(ct, n), ct, "usage"
-        return [1] * n, n, "chunks"
+        seen = sum(counts)
+        ct = self.completion_tokens
+        if ct is not None and ct >= seen:
+            if ct > seen:
+                counts = [c + e for c, e in zip(counts, spread(ct - seen, len(counts)), strict=True)]
+            return counts, ct, "usage"
+        return counts, seen, "chunks"
 
 
 def spread(total: int, n: int) -> list[int]:
-    """Split ``total`` over ``n`` chunks: each gets ``total // n``, and the remainder
-    ``r`` goes one each to the chunks where ``floor(i * r / n)`` steps up, so extra
-    tokens are spaced evenly through the stream rather than piled at one end.
+    """Split ``total`` over ``n`` chunks as evenly as integers allow, deterministically.
+
+    Each gets ``total // n``; the remainder ``r`` goes one each to the chunks where
+    ``floor(i * r / n)`` steps up, so extra tokens are spaced evenly through the
+    stream rather than piled at one end (which would bend ITL percentiles).
     """
     base, r = divmod(total, n)
     if not r:
@@ -277,6 +380,22 @@ def _tool_text(tools: Any) -> str | None:
         if name or args:
             text = (text or "") + (args if args and type(args) is str else "")
     return text
+
+
+def _plain(body: bytes) -> str | None:
+    """The text of a JSON string body that needs no unescaping, else None.
+
+    No quote, no backslash, valid UTF-8 and printable (so no control character,
+    which JSON forbids raw): then the body means exactly its UTF-8 text. Rejecting
+    more than needed (e.g. a no-break space) only sends a chunk down the full path.
+    """
+    if 34 in body or 92 in body:
+        return None
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return None
+    return text if text.isprintable() else None
 
 
 def _shape_error(obj: Any, payload: bytes) -> str:

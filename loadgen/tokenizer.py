@@ -160,7 +160,7 @@ class HFTokenizer:
             encoded = self._tk.encode_batch([c for _, c in cands], add_special_tokens=False)
             seen: set[str] = set()
             pieces = []
-            for (tid, c), enc in zip(cands, encoded):
+            for (tid, c), enc in zip(cands, encoded, strict=True):
                 if list(enc.ids) == [tid] and c not in seen:
                     seen.add(c)
                     pieces.append(c)

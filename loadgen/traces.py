@@ -41,7 +41,7 @@ import orjson
 from .errors import SpecError
 from .session import Session, Turn
 from .specfile import Fields
-from .workload import Base, TextSource, rng, str_key
+from .workload import Base, TextSource, rng
 
 __all__ = ["FORMATS", "Requests", "Conversation", "Blocks", "read_mooncake", "read_azure",
            "read_burstgpt", "read_sharegpt", "select", "RequestTrace", "ShareGPTTrace", "build_trace",
@@ -151,13 +151,14 @@ def _cell_int(cell: str, where: str, field: str) -> int:
     return _int(v, where, field)
 
 
-def _timestamp_s(cell: str, where: str, field: str) -> float:
+def _timestamp_ns(cell: str, where: str, field: str) -> int:
+    """Seconds, or a date and time; in integer ns so that epoch times keep their digits."""
     try:
-        return _num(float(cell), where, field)
+        return round(_num(float(cell), where, field) * 1e9)
     except ValueError:
         pass
     try:
-        return float(np.datetime64(cell.replace(" ", "T"), "ns").astype(np.int64)) / 1e9
+        return int(np.datetime64(cell.replace(" ", "T"), "ns").astype(np.int64))
     except ValueError:
         raise _err(where, field, f"not a time: {cell[:40]!r}") from None
 
@@ -167,7 +168,7 @@ def read_azure(path: Path) -> Requests:
     t, inp, out = [], [], []
     for ln, row in _csv_rows(path, need, {}):
         where = f"{path}:{ln}"
-        t.append(_timestamp_s(row["t"], where, need["t"]))
+        t.append(_timestamp_ns(row["t"], where, need["t"]))
         inp.append(_cell_int(row["in"], where, need["in"]))
         out.append(_cell_int(row["out"], where, need["out"]))
     return _table(path, t, inp, out)
@@ -184,16 +185,17 @@ def read_burstgpt(path: Path, models: tuple[str, ...] | None = None,
         if log_types and row.get("log") not in log_types:
             continue
         where = f"{path}:{ln}"
-        t.append(_timestamp_s(row["t"], where, need["t"]))
+        t.append(_timestamp_ns(row["t"], where, need["t"]))
         inp.append(_cell_int(row["in"], where, need["in"]))
         out.append(_cell_int(row["out"], where, need["out"]))
     return _table(path, t, inp, out)
 
 
-def _table(path: Path, t: list[float], inp: list[int], out: list[int]) -> Requests:
-    if not t:
+def _table(path: Path, t_ns: list[int], inp: list[int], out: list[int]) -> Requests:
+    if not t_ns:
         raise SpecError(f"{path}: no requests in the trace (after filters)")
-    return Requests(np.asarray(t), np.asarray(inp, np.int64), np.asarray(out, np.int64))
+    ns = np.asarray(t_ns, dtype=np.int64)
+    return Requests((ns - ns.min()) / 1e9, np.asarray(inp, np.int64), np.asarray(out, np.int64))
 
 
 def select(t_s: np.ndarray, start_s: float, window_s: float | None, max_requests: int | None) -> np.ndarray:

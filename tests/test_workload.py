@@ -131,7 +131,7 @@ def test_salt_is_a_shared_prefix_that_changes_per_point(tmp_path: Path) -> None:
     assert s0.system != b.session(0).system  # cold for the next point
     assert session_bytes(s0) == session_bytes(a2.session(0))
     assert s0.system.endswith(plain.session(0).system)
-    delta = [x.prompt_tokens - y.prompt_tokens for x, y in zip(s0.turns, plain.session(0).turns)]
+    delta = [x.prompt_tokens - y.prompt_tokens for x, y in zip(s0.turns, plain.session(0).turns, strict=True)]
     assert delta == [PREFIX_TOKENS] * len(s0.turns)
     check_context(s0)
 

@@ -1,62 +1,108 @@
-"""``loadgen sim``: serve the simulated OpenAI-compatible engine."""
+"""``loadgen sim``: serve the simulated OpenAI-compatible engine.
+
+The same options are offered by ``run``, ``sweep`` and ``check`` (prefixed
+``--sim-``) for the simulator they start when given no endpoint.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import signal
+import sys
 
-from ..sim.faults import parse_faults
+from ..errors import ConfigError
+from ..sim.faults import FaultSpecError, parse_faults
 from ..sim.model import FixedModel, TimingModel
 from ..sim.process import READY
 from ..sim.server import SimConfig, SimServer
 
+# (flag without prefix, dest suffix, type, default, help)
+_OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
+    ("gpu", "gpu", str, "h100", "GPU profile (h100, h200, b200, mi300x, a100 or a YAML file)"),
+    ("model", "model", str, "llama-3.1-8b", "model profile (llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, "
+                                            "deepseek-v3, gpt-oss-120b or a YAML file)"),
+    ("tp", "tp", int, 1, "tensor-parallel GPUs"),
+    ("max-num-seqs", "max_num_seqs", int, 256, "most sequences running at once"),
+    ("max-batch-tokens", "max_batch_tokens", int, 8192, "token budget per engine step (chunked prefill)"),
+    ("kv-util", "kv_util", float, 0.9, "fraction of GPU memory for weights + KV cache"),
+    ("prefix-cache", "prefix_cache", str, "on", "on | off"),
+    ("weight-dtype", "weight_dtype", str, None, "bf16 | fp8 | fp4 (default: the model profile's)"),
+    ("kv-dtype", "kv_dtype", str, "bf16", "bf16 | fp8"),
+    ("ttft-ms", "ttft_ms", float, None, "fixed-latency model instead: time to first token (with --itl-ms)"),
+    ("itl-ms", "itl_ms", float, None, "fixed-latency model: time between tokens"),
+    ("served-model-name", "served_model_name", str, None, "model name the server answers to"),
+    ("truth", "truth", str, None, "write one JSON line per request: arrival, queue wait, each token's time"),
+    ("faults", "faults", str, None, "inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
+                                    "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens"),
+    ("tokens-per-chunk", "tokens_per_chunk", int, 1, "tokens per streamed chunk"),
+    ("max-model-len", "max_model_len", int, None, "context length (default: the model's, capped by KV)"),
+)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="serve the built-in simulated inference engine",
-                       description="Serve an OpenAI-compatible API whose timing comes from a model.")
-    add_sim_options(p)
+                       description="Serve an OpenAI-compatible API whose timing comes from a roofline model "
+                                   "of continuous batching on a named GPU and model.")
+    add_sim_options(p, prefix="")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
     p.add_argument("--announce", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
 
-def add_sim_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("simulated engine")
-    g.add_argument("--ttft-ms", type=float, default=None,
-                   help="fixed-latency model: time to first token (with --itl-ms)")
-    g.add_argument("--itl-ms", type=float, default=None, help="fixed-latency model: time between tokens")
-    g.add_argument("--served-model-name", default=None, help="model name the server answers to")
-    g.add_argument("--truth", default=None, metavar="FILE",
-                   help="write one JSON line per request: arrival, queue wait, every token's emission time")
-    g.add_argument("--faults", default=None, metavar="SPEC",
-                   help="inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
-                        "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens")
-    g.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per streamed chunk")
-    g.add_argument("--max-model-len", type=int, default=131072, help="context length")
+def add_sim_options(p: argparse.ArgumentParser, prefix: str = "sim-") -> None:
+    title = "simulated engine" + (" (used when no --endpoint is given)" if prefix else "")
+    g = p.add_argument_group(title)
+    for flag, dest, kind, default, text in _OPTIONS:
+        g.add_argument(f"--{prefix}{flag}", dest=f"sim_{dest}", type=kind, default=default, help=text)
 
 
 def sim_args(args: argparse.Namespace) -> list[str]:
-    """The command-line flags that recreate these simulator options in a subprocess."""
+    """The ``loadgen sim`` flags that recreate these options in a subprocess."""
     out: list[str] = []
-    for flag, value in (
-        ("--ttft-ms", args.ttft_ms), ("--itl-ms", args.itl_ms), ("--served-model-name", args.served_model_name),
-        ("--truth", args.truth), ("--faults", args.faults), ("--tokens-per-chunk", args.tokens_per_chunk),
-        ("--max-model-len", args.max_model_len),
-    ):
-        if value is not None:
-            out += [flag, str(value)]
+    for flag, dest, _, default, _ in _OPTIONS:
+        value = getattr(args, f"sim_{dest}", default)
+        if value is not None and value != default:
+            out += [f"--{flag}", str(value)]
     return out
 
 
+def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
+    """The timing model, its served name and context length, from parsed options."""
+    if args.sim_ttft_ms is not None or args.sim_itl_ms is not None:
+        ttft = 50.0 if args.sim_ttft_ms is None else args.sim_ttft_ms
+        itl = 10.0 if args.sim_itl_ms is None else args.sim_itl_ms
+        if ttft < 0 or itl < 0:
+            raise ConfigError("--ttft-ms and --itl-ms must be >= 0")
+        return FixedModel(ttft / 1e3, itl / 1e3), "sim", 131072
+    from ..sim.profiles import ProfileError
+    from ..sim.roofline import CapacityError, RooflineModel
+
+    if args.sim_prefix_cache not in ("on", "off"):
+        raise ConfigError(f"--prefix-cache {args.sim_prefix_cache!r}: use on or off")
+    try:
+        model = RooflineModel(
+            args.sim_gpu, args.sim_model, tp=args.sim_tp, max_num_seqs=args.sim_max_num_seqs,
+            max_batch_tokens=args.sim_max_batch_tokens, kv_util=args.sim_kv_util,
+            prefix_cache=args.sim_prefix_cache == "on", weight_dtype=args.sim_weight_dtype,
+            kv_dtype=args.sim_kv_dtype,
+        )
+    except (ProfileError, CapacityError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    return model, model.model.name, model.max_model_len
+
+
 def build_server(args: argparse.Namespace) -> SimServer:
-    model: TimingModel
-    model = FixedModel((args.ttft_ms if args.ttft_ms is not None else 50.0) / 1e3,
-                       (args.itl_ms if args.itl_ms is not None else 10.0) / 1e3)
-    name = args.served_model_name or "sim"
-    cfg = SimConfig(model_name=name, max_model_len=args.max_model_len, tokens_per_chunk=args.tokens_per_chunk,
-                    faults=parse_faults(args.faults), truth_path=args.truth)
+    model, name, max_len = build_model(args)
+    try:
+        faults = parse_faults(args.sim_faults)
+    except FaultSpecError as e:
+        raise ConfigError(str(e)) from None
+    if args.sim_max_model_len is not None:
+        max_len = min(max_len, args.sim_max_model_len)
+    cfg = SimConfig(model_name=args.sim_served_model_name or name, max_model_len=max_len,
+                    tokens_per_chunk=args.sim_tokens_per_chunk, faults=faults, truth_path=args.sim_truth)
     return SimServer(model, cfg)
 
 
@@ -75,6 +121,10 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await server.stop()
+        stats = server.model.stats()
+        if stats.get("late_steps_total"):
+            print(f"loadgen sim: the simulator fell behind its own model on {int(stats['late_steps_total'])} "
+                  f"steps (up to {stats.get('max_lateness_seconds', 0) * 1e3:.1f} ms late)", file=sys.stderr)
 
 
 def main(args: argparse.Namespace) -> int:

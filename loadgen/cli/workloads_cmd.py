@@ -126,7 +126,7 @@ def _histogram(x: np.ndarray, bins: int = 12) -> list[tuple[float, float, int]]:
         return [(lo, hi, len(x))]
     edges = np.geomspace(lo, hi * (1 + 1e-9), bins + 1)
     counts, _ = np.histogram(np.clip(x, lo, None), bins=edges)
-    return [(float(a), float(b), int(c)) for a, b, c in zip(edges[:-1], edges[1:], counts)]
+    return [(float(a), float(b), int(c)) for a, b, c in zip(edges[:-1], edges[1:], counts, strict=True)]
 
 
 def preview_stats(w: Workload, n: int) -> dict[str, Any]:

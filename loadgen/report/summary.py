@@ -60,6 +60,14 @@ def client_warnings(meta: dict[str, Any]) -> list[str]:
     return out
 
 
+def simulator_warnings(meta: dict[str, Any]) -> list[str]:
+    sim = meta.get("simulator") or {}
+    if sim.get("late_steps"):
+        return [f"the simulator fell behind its own model on {sim['late_steps']} steps (up to "
+                f"{sim.get('max_lateness_ms', 0):.1f} ms late): its answers were slower than modelled"]
+    return []
+
+
 def _clients(meta: dict[str, Any]) -> list[dict[str, Any]]:
     if "client" in meta:
         return [meta["client"]]
@@ -84,7 +92,7 @@ def summarize_run(
     limit = settings.get("lag_limit_ms", 10.0) if lag_limit_ms is None else lag_limit_ms
     window = choose_window(table, warmup_s=warm, cooldown_s=cool)
     summary = summarize(table, window, slo)
-    warnings = validity_warnings(summary, lag_p99_limit_ms=limit) + client_warnings(meta)
+    warnings = validity_warnings(summary, lag_p99_limit_ms=limit) + client_warnings(meta) + simulator_warnings(meta)
     if write:
         doc = {
             "run_id": meta.get("run_id"),

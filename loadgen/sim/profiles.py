@@ -163,8 +163,9 @@ def _fail(where: str, field: str, why: str) -> ProfileError:
 
 
 def _number(where: str, data: dict[str, Any], key: str, *, integer: bool = False,
-            optional: bool = False) -> Any:
+            optional: bool = False, parent: str = "") -> Any:
     v = data.get(key)
+    key = parent + key
     if v is None:
         if optional:
             return None
@@ -194,7 +195,7 @@ def _sub(where: str, data: dict[str, Any], key: str, cls: type, fields: tuple[st
     if extra:
         bad = f"{key}.{sorted(extra)[0]}"
         raise _fail(where, bad, f"unknown field (valid: {', '.join(fields)})")
-    return cls(**{f: _number(where, v, f, integer=True) for f in fields})
+    return cls(**{f: _number(where, v, f, integer=True, parent=f"{key}.") for f in fields})
 
 
 def _check_keys(where: str, data: Any, cls: type) -> dict[str, Any]:

@@ -243,21 +243,27 @@ class RooflineModel:
         """Max sustained throughput for fixed-shape requests: the capacity a sweep should find.
 
         Concurrency is max_num_seqs or what the KV pool holds at the average footprint
-        (input + output/2 tokens, half a block of rounding), whichever binds. Each step
-        decodes every running sequence once and prefills its share of new prompts
-        (concurrency x input / output tokens), split into budget-sized steps.
+        (input + output/2 tokens, half a block of rounding), whichever binds. In one
+        cycle of ``output_tokens`` decode steps every running sequence is replaced once,
+        and each replacement's prefill adds its marginal cost to the decode step it joins
+        (chunked by the budget). Prefills arrive in lumps, so averaging them into every
+        step (max() of averages) would overstate throughput.
         """
         avg = input_tokens + output_tokens / 2
         kv_seqs = int(self.pool.num_blocks / (avg / self.block_size + 0.5))
         b = max(1, min(self.max_num_seqs, kv_seqs))
         bound = "max_num_seqs" if b == self.max_num_seqs and kv_seqs >= b else "kv_cache"
-        p = b * input_tokens / max(1, output_tokens)
-        steps = max(1, math.ceil((b + p) / self.max_batch_tokens))
-        ctx = int(avg) + 1
-        per = self._step_s(round((b + p) / steps), round(b * ctx / steps),
-                           round(p * input_tokens / 2 / steps), round((b * ctx + p) / steps))
-        itl = per * steps
-        return Saturation(b, bound, itl, b / itl / max(1, output_tokens), b / itl)
+        ctx = int(avg)
+        t_dec = self.decode_step_s(b, ctx)
+        dec = b * (ctx + 1)
+        extra, c, left = 0.0, 0, max(1, input_tokens)
+        while left > 0:
+            n = min(left, max(1, self.max_batch_tokens - b))
+            extra += self._step_s(b + n, dec, n * c + n * (n + 1) // 2, dec + c + n) - t_dec
+            c, left = c + n, left - n
+        out = max(1, output_tokens)
+        cycle = out * t_dec + b * extra
+        return Saturation(b, bound, cycle / out, b / cycle, b * out / cycle)
 
     def describe(self) -> dict[str, Any]:
         """The configuration and derived capacities, for logs, /v1/models and report headers."""
@@ -294,11 +300,11 @@ class RooflineModel:
         if self.error is not None:
             raise RuntimeError("the simulated engine's loop has died") from self.error
         p = len(req.prompt_ids)
-        if p + req.max_tokens > self.max_model_len or p == 0:
-            raise ValueError(f"prompt ({p}) + max_tokens ({req.max_tokens}) must be within "
-                             f"1..max_model_len ({self.max_model_len}) tokens")
+        if p + req.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds "
+                             f"max_model_len ({self.max_model_len}) tokens")
         hashes = block_hashes(req.prompt_ids, self.block_size) if self.prefix_caching else []
-        s = _Seq(req, p, hashes)
+        s = _Seq(req, max(1, p), hashes)  # an empty prompt still has a BOS token to compute
         self._seqs[req] = s
         self._waiting.append(s)
         self._c["prompt"] += p

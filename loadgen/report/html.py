@@ -1,0 +1,417 @@
+"""report.html: one self-contained file per run folder (a sweep or a single run).
+
+It works offline from file://: CSS is inlined, charts are inline SVG, there is no
+script at all, and a Content-Security-Policy forbids fetching anything. Every
+string that came from the endpoint or the user (model names, error text, labels,
+configuration values) passes through ``html.escape``. Each chart sits in
+``<figure class="chart" id="...">`` with a stable id, so tests and scrapers can
+find it. ``pareto.svg`` and ``pareto.png`` are written beside the report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..metrics import timeseries
+from ..resources import builtin_dir
+from ..stats import Dist
+from . import charts
+from .points import PointFigures, RunAnalysis, analyze_run, latency_samples
+
+__all__ = ["write_report", "render_html", "page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html", "CHART_IDS"]
+
+CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "errors")
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+_MAX_CDF_POINTS = 8
+_FALLBACK_CSS = "body{font-family:sans-serif;max-width:1180px;margin:auto}table{border-collapse:collapse}"
+
+
+def esc(v: Any) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def fmt(v: float | int | None, digits: int = 3) -> str:
+    """A number for a table: 3 significant digits, '-' for missing, '∞' for unbounded."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    if isinstance(v, int) or float(v).is_integer() and abs(v) >= 10:
+        return f"{int(v):,}"
+    a = abs(float(v))
+    if a >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def fmt_ci(v: float | None, ci: tuple[float, float] | None, digits: int = 3) -> str:
+    text = esc(fmt(v, digits))
+    if ci is None or v is None or (isinstance(v, float) and math.isnan(v)):
+        return text
+    return f'{text} <span class="ci">[{esc(fmt(ci[0], digits))}, {esc(fmt(ci[1], digits))}]</span>'
+
+
+def _pct(d: Dist, p: float, ci: bool = False) -> str:
+    if d.n == 0:
+        return "-"
+    v, lo, hi = d.pct(p)
+    return fmt_ci(v, (lo, hi)) if ci else esc(fmt(v))
+
+
+def _css() -> str:
+    path = builtin_dir("reports") / "report.css"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return _FALLBACK_CSS
+
+
+def page(title: str, body: str) -> str:
+    """A complete, self-contained HTML document around ``body`` (already escaped)."""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc(title)}</title>\n<style>\n{_css()}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def figure_html(chart_id: str, svg: str, caption: str) -> str:
+    return f'<figure class="chart" id="{esc(chart_id)}">\n{svg}\n<figcaption>{caption}</figcaption>\n</figure>'
+
+
+def kv_html(d: dict[str, Any]) -> str:
+    """A definition list of a (flattened) dict; every key and value escaped."""
+    rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(_short(v))}</dd>" for k, v in _flatten(d))
+    return f'<dl class="kv">{rows}</dl>'
+
+
+def _flatten(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    if isinstance(d, dict):
+        if not d and prefix:
+            yield prefix, "{}"
+        for k, v in d.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, d
+
+
+def _short(v: Any, limit: int = 400) -> str:
+    s = "null" if v is None else str(v)
+    return s if len(s) <= limit else s[:limit] + "…"
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def write_report(run_dir: Path, *, analysis: RunAnalysis | None = None, **analyze: Any) -> Path:
+    """Write report.html, pareto.svg and pareto.png into the run folder; returns the report's path."""
+    run_dir = Path(run_dir)
+    a = analysis if analysis is not None else analyze_run(run_dir, **analyze)
+    fig = _pareto(a)
+    svg = charts.to_svg(fig)
+    (run_dir / "pareto.svg").write_text(svg, encoding="utf-8")
+    (run_dir / "pareto.png").write_bytes(charts.to_png(fig))
+    out = run_dir / "report.html"
+    tmp = out.with_suffix(".html.tmp")
+    tmp.write_text(render_html(a, pareto_svg=svg), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
+    """The whole report as a string (deterministic for the same records and options)."""
+    m = a.meta
+    title = f"loadgen {'sweep' if a.is_sweep else 'run'} {m.get('run_id', '')}"
+    parts = [
+        _header(a),
+        '<nav><a href="#overview">overview</a><a href="#warnings">warnings</a><a href="#points">points</a>'
+        + "".join(f'<a href="#{c}">{c}</a>' for c in CHART_IDS)
+        + '<a href="#error-detail">error detail</a><a href="#config">configuration</a>'
+          '<a href="#method">method</a></nav>',
+        _overview(a),
+        _warnings(a),
+        _points_table(a),
+        '<section id="charts"><h2>Charts</h2>',
+        figure_html("pareto", pareto_svg or charts.to_svg(_pareto(a)), _pareto_caption(a)),
+        figure_html("goodput", charts.to_svg(_goodput(a)),
+                    "Offered, completed and good (SLO-meeting) requests per second against load, with 95% "
+                    "intervals; SLO attainment % on the right axis." if a.slo else
+                    "Offered and completed requests per second against load (give --slo for goodput)."),
+        figure_html("latency", charts.to_svg(_latency(a)),
+                    "Latency percentiles against load; bands are the 95% order-statistic intervals "
+                    "(an unbounded side is left open)."),
+        figure_html("cdf-ttft", charts.to_svg(_cdf(a, "ttft")),
+                    "Distribution of TTFT (from the intended send time) per load point."),
+        figure_html("cdf-itl", charts.to_svg(_cdf(a, "itl")),
+                    "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k)."),
+        figure_html("timeseries", charts.to_svg(_timeseries(a)),
+                    "The whole run over time; dotted lines mark where each load point started."),
+        figure_html("errors", charts.to_svg(_errors(a)), "Requests that did not succeed, per point and status."),
+        "</section>",
+        _error_detail(a),
+        _config(a),
+        _method(a),
+        f'<footer>loadgen {esc(m.get("tool", {}).get("version", ""))} · generated from '
+        f"{esc(a.run_dir.name)}/records.parquet · re-render with <code>loadgen report {esc(a.run_dir.name)}</code>"
+        "</footer>",
+    ]
+    return page(title, "\n".join(parts))
+
+
+def _when(ns: Any) -> str:
+    if not isinstance(ns, int):
+        return ""
+    return _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _header(a: RunAnalysis) -> str:
+    m = a.meta
+    kind = f"sweep of {len(a.points)} load points" if a.is_sweep else "single run"
+    sim = " (built-in simulator)" if m.get("simulator") else ""
+    return (f"<header><h1>loadgen report: {esc(m.get('model', '?'))}</h1>"
+            f'<p class="sub">{esc(kind)} against <span class="mono">{esc(m.get("endpoint", "?"))}</span>{esc(sim)}'
+            f" · run {esc(m.get('run_id', ''))} · {esc(_when(m.get('started_wall_ns')))}</p></header>")
+
+
+def _card(key: str, value: str, note: str = "") -> str:
+    n = f'<div class="n">{note}</div>' if note else ""
+    return f'<div class="card"><div class="k">{esc(key)}</div><div class="v">{value}</div>{n}</div>'
+
+
+def _overview(a: RunAnalysis) -> str:
+    cards = []
+    best = max(a.points, key=lambda p: p.y if p.y == p.y else -1, default=None)
+    unit = "output tok/s per GPU" if a.gpus else "output tok/s"
+    if best is not None:
+        cards.append(_card(f"peak {unit}", fmt_ci(best.y, best.y_ci), f"at {esc(best.label)}"))
+    if a.slo is not None:
+        c = a.capacity
+        if c is not None and c.rate is not None:
+            bracket = f"confirmed pass up to {fmt(c.lower)}, confirmed miss from {fmt(c.upper)} req/s"
+            cards.append(_card(f"capacity at SLO ({a.target_pct:g}% attainment)", f"{esc(fmt(c.rate))} req/s",
+                               esc(f"{bracket}; {c.note}")))
+            at = a.point_at(c.rate)
+            if at is not None:
+                cards.append(_card("goodput at capacity", fmt_ci(at.summary.goodput_rps, at.goodput_ci) + " req/s",
+                                   esc(f"SLO: {a.slo}")))
+                for name, cost in at.costs.items():
+                    cards.append(_card(f"$/M output tokens at capacity ({name})", esc(fmt(cost))))
+        else:
+            cards.append(_card("capacity at SLO", "none", esc(c.note if c else "no open-loop point")))
+    elif best is not None:
+        for name, cost in best.costs.items():
+            cards.append(_card(f"$/M output tokens at peak ({name})", esc(fmt(cost))))
+    sat = a.saturation or ("not reached" if a.is_sweep else "")
+    if sat:
+        cards.append(_card("saturation", "reached" if a.saturation else "not reached", esc(sat)))
+    front = ", ".join(a.points[i].label for i in a.frontier)
+    text = (f"<p>Pareto frontier (non-dominated points, ★ in the table): {esc(front) or 'none'}.</p>"
+            if a.is_sweep else "")
+    return f'<section id="overview"><h2>Overview</h2><div class="cards">{"".join(cards)}</div>{text}</section>'
+
+
+def _warnings(a: RunAnalysis) -> str:
+    items = [esc(w) for w in a.warnings]
+    for p in a.points:
+        items += [f"{esc(p.label)}: {esc(w)}" for w in p.warnings]
+    if not items:
+        return ('<section id="warnings"><h2>Validity</h2><ul class="warnings none"><li>no validity warnings: '
+                "the client kept up, samples suffice, token counts agree</li></ul></section>")
+    lis = "".join(f"<li>{w}</li>" for w in items)
+    return f'<section id="warnings"><h2>Validity warnings</h2><ul class="warnings">{lis}</ul></section>'
+
+
+def _points_table(a: RunAnalysis) -> str:
+    prices = list(a.prices)
+    gpu = a.gpus is not None
+    head = ["#", "load", "phase", "offered req/s", "sent req/s", "completed req/s", "output tok/s [95% CI]"]
+    head += ["output tok/s/GPU"] if gpu else []
+    head += ["total tok/s", "per-user tok/s p50", "per-user p90", "TTFT p50 ms", "TTFT p99 ms [CI]", "TPOT p50 ms",
+             "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms", "E2E p99 ms [CI]"]
+    head += ["goodput req/s [CI]", "SLO attainment % [CI]"] if a.slo else []
+    head += ["lag p99 ms", "ok", "failed", "cancelled"] + [f"$/M out ({p})" for p in prices]
+    rows = []
+    for p in a.points:
+        s = p.summary
+        cells = [str(p.index), esc(p.label), esc(p.phase), esc(fmt(s.offered_rps)), esc(fmt(s.sent_rps)),
+                 esc(fmt(s.completed_rps)), fmt_ci(s.output_tps, p.output_tps_ci)]
+        cells += [fmt_ci(p.y, p.y_ci)] if gpu else []
+        cells += [esc(fmt(s.total_tps)), esc(fmt(p.x)), esc(fmt(p.per_user_p90)), _pct(s.ttft, 50),
+                  _pct(s.ttft, 99, True), _pct(s.tpot, 50), _pct(s.tpot, 99), _pct(s.itl, 50), _pct(s.itl, 99),
+                  _pct(s.e2e, 50), _pct(s.e2e, 99, True)]
+        if a.slo:
+            att = p.attainment_ci
+            cells += [fmt_ci(s.goodput_rps, p.goodput_ci),
+                      fmt_ci(s.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None)]
+        cells += [_pct(s.schedule_lag, 99), str(s.ok), str(s.failed), str(s.cancelled)]
+        cells += [esc(fmt(p.costs.get(name))) for name in prices]
+        cls = ' class="frontier"' if p.on_frontier else ""
+        rows.append(f"<tr{cls}>" + "".join(
+            f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells)) + "</tr>")
+    th = "".join(f'<th class="l">{esc(h)}</th>' if i in (1, 2) else f"<th>{esc(h)}</th>" for i, h in enumerate(head))
+    window = esc(a.points[0].summary.window.how) if a.points else ""
+    return (f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
+            f"measurement window ({window}); ★ marks the Pareto frontier.</p>"
+            f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+            "</section>")
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def _pareto(a: RunAnalysis) -> Any:
+    s = charts.Series("run", [p.x for p in a.points], [p.y for p in a.points], a.frontier,
+                      [p.label.replace(" req/s", "").replace("poisson @ ", "") for p in a.points],
+                      [p.y_ci for p in a.points])
+    tpot = a.slo.tpot_ms if a.slo is not None else None
+    return charts.pareto_chart([s], y_label="output tok/s per GPU" if a.gpus else "output tok/s (aggregate)",
+                               x_min_slo=1000.0 / tpot if tpot else None)
+
+
+def _pareto_caption(a: RunAnalysis) -> str:
+    per = f" per GPU ({fmt(a.gpus)} GPUs)" if a.gpus else ""
+    slo = (f" The shaded region meets the TPOT bound of {esc(fmt(a.slo.tpot_ms))} ms."
+           if a.slo is not None and a.slo.tpot_ms else "")
+    return (f"Aggregate output tokens/s{per} against per-user speed (median 1/TPOT, measured per request); "
+            f"the line joins the non-dominated points, bars are 95% batch-means intervals.{slo}")
+
+
+def _goodput(a: RunAnalysis) -> Any:
+    ps = a.points
+    cap = a.capacity.rate if a.capacity else None
+    return charts.goodput_chart(
+        [p.load for p in ps], [p.summary.offered_rps for p in ps], [p.summary.completed_rps for p in ps],
+        [p.summary.goodput_rps for p in ps], [p.goodput_ci for p in ps],
+        [p.summary.slo_attainment_pct for p in ps], [p.attainment_ci for p in ps],
+        load_label=a.load_unit, target_pct=a.target_pct if a.slo else None, capacity=cap)
+
+
+def _latency(a: RunAnalysis) -> Any:
+    ps = a.points
+    series: dict[str, tuple[list[float], list[tuple[float, float]]]] = {}
+    for name, attr, pct in (("TTFT p50", "ttft", 50), ("TTFT p99", "ttft", 99), ("TPOT p50", "tpot", 50),
+                            ("TPOT p99", "tpot", 99), ("ITL p99", "itl", 99), ("E2E p99", "e2e", 99)):
+        vals, cis = [], []
+        for p in ps:
+            d: Dist = getattr(p.summary, attr)
+            v, lo, hi = d.pct(pct) if d.n else (math.nan, math.nan, math.nan)
+            vals.append(v)
+            cis.append((lo, hi))
+        series[name] = (vals, cis)
+    bounds = {}
+    if a.slo is not None:
+        bounds = {k: v for k, v in (("TTFT", a.slo.ttft_ms), ("TPOT", a.slo.tpot_ms)) if v}
+    return charts.latency_chart([p.load for p in ps], series, load_label=a.load_unit, bounds=bounds)
+
+
+def _cdf_points(a: RunAnalysis) -> list[PointFigures]:
+    ps = sorted(a.points, key=lambda p: p.load)
+    if len(ps) <= _MAX_CDF_POINTS:
+        return ps
+    pick = np.unique(np.linspace(0, len(ps) - 1, _MAX_CDF_POINTS).round().astype(int))
+    return [ps[i] for i in pick]
+
+
+def _cdf(a: RunAnalysis, which: str) -> Any:
+    samples = {}
+    for p in _cdf_points(a):
+        sub = a.table.filter(pc.equal(a.table.column("point"), p.index)) if a.is_sweep else a.table
+        samples[p.label or f"point {p.index}"] = latency_samples(sub, p.summary.window)[which]
+    bound = None
+    if a.slo is not None:
+        bound = a.slo.ttft_ms if which == "ttft" else a.slo.tpot_ms
+    label = "TTFT ms (log)" if which == "ttft" else "inter-token latency ms (log)"
+    return charts.cdf_chart(samples, x_label=label, bound=bound)
+
+
+def _timeseries(a: RunAnalysis) -> Any:
+    t = a.table
+    if t.num_rows == 0:
+        return charts.timeseries_chart([])
+    t0 = int(pc.min(t.column("t_sched")).as_py())
+    t1 = int(pc.max(t.column("t_sched")).as_py())
+    interval = max(1.0, (t1 - t0) / 1e9 / 300)
+    marks = []
+    if a.is_sweep:
+        for p in a.points:
+            sub = t.filter(pc.equal(t.column("point"), p.index))
+            if sub.num_rows:
+                marks.append(((int(pc.min(sub.column("t_sched")).as_py()) - t0) / 1e9, f"#{p.index}"))
+    return charts.timeseries_chart(timeseries(t, interval), marks=marks)
+
+
+def _errors(a: RunAnalysis) -> Any:
+    return charts.errors_chart([p.label for p in a.points], [p.summary.by_status for p in a.points])
+
+
+# --------------------------------------------------------------------------- text sections
+
+
+def _error_detail(a: RunAnalysis) -> str:
+    blocks = []
+    for p in a.points:
+        s = p.summary
+        if not (s.failed or s.cancelled):
+            continue
+        http = ", ".join(f"HTTP {k}: {v}" for k, v in s.errors_by_http.items())
+        status = ", ".join(f"{k}: {v}" for k, v in s.errors_by_status.items())
+        ex = "".join(f'<pre class="err">{esc(e)}</pre>' for e in s.error_examples)
+        blocks.append(f"<h3>{esc(p.label)}</h3><p>{esc(status)}{' · ' + esc(http) if http else ''}</p>{ex}")
+    body = "".join(blocks) or "<p>No request failed.</p>"
+    return f'<section id="error-detail"><h2>Errors</h2>{body}</section>'
+
+
+def _config(a: RunAnalysis) -> str:
+    m = a.meta
+    parts = ["<h3>Settings</h3>", kv_html(m.get("settings", {})), "<h3>Workload</h3>", kv_html(m.get("workload", {}))]
+    if m.get("sweep"):
+        parts += ["<h3>Sweep</h3>", kv_html(m["sweep"])]
+        plan = [{"point": p.get("index"), "arrival": p.get("arrival", {}).get("label"), "phase": p.get("phase"),
+                 "why": p.get("why"), "measured s": p.get("duration_s"), "salt": p.get("salt")}
+                for p in m.get("points", [])]
+        rows = "".join("<tr>" + "".join(f'<td class="l">{esc(v)}</td>' for v in r.values()) + "</tr>" for r in plan)
+        head = "".join(f'<th class="l">{esc(k)}</th>' for k in (plan[0] if plan else {}))
+        parts += ["<h3>Points as planned</h3>", f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"]
+    if m.get("simulator"):
+        parts += ["<h3>Simulator</h3>", kv_html(m["simulator"])]
+    parts += ["<h3>Client and host</h3>", kv_html({"command": " ".join(map(str, m.get("command", []))),
+                                                   "tool": m.get("tool", {}), "host": m.get("host", {})})]
+    return f'<section id="config"><h2>Run configuration</h2>{"".join(parts)}</section>'
+
+
+def _method(a: RunAnalysis) -> str:
+    if a.point_salt is None:
+        salt = "A single run: prompts carry the run's own salt, if any."
+    elif a.point_salt:
+        salt = ("Each load point's prompts carry a point-specific salt (p0, p1, …), so prefix-cache state "
+                "cannot carry from one point into the next; the same settings give the same salts, so a bake-off "
+                "sends identical traffic to every vendor.")
+    else:
+        salt = ("Per-point salting was OFF (--no-point-salt): prompts repeat across load points, so later points "
+                "can hit prefix caches warmed by earlier ones.")
+    slo = (f"Goodput counts requests that finished OK inside the window and met every bound of the SLO "
+           f"({esc(a.slo)}); attainment = met / scheduled in the window, failures count as misses. Capacity at SLO "
+           f"is the highest offered rate whose attainment is at least {a.target_pct:g}%; it is confirmed when the "
+           "one-sided 95% Clopper-Pearson lower bound reaches the target.") if a.slo else \
+        "No SLO was given, so goodput and capacity at SLO are not computed (use --slo)."
+    static = [
+        "Open loop: latency is measured from each request's intended send time, so queueing in the endpoint "
+        "(or a client that fell behind) cannot hide latency. Schedule lag shows whether the client kept up.",
+        "TTFT = first output-carrying chunk − intended send; TPOT = (last − first) / (tokens − 1) per request; "
+        "per-user speed = 1000 / TPOT per request (never throughput divided by concurrency).",
+        "Percentile intervals are distribution-free 95% order-statistic intervals; an unbounded side is shown as ∞. "
+        "Output tok/s intervals are batch means over 8 sub-windows; goodput intervals are exact Poisson.",
+        salt,
+        "Cost per million output tokens = price per GPU-hour × GPUs / (output tok/s × 3600) × 10⁶.",
+    ]
+    lis = "".join(f"<li>{esc(i)}</li>" for i in static) + f"<li>{slo}</li>"
+    return f'<section id="method"><h2>Method</h2><ul>{lis}</ul></section>'

@@ -1,0 +1,149 @@
+"""A sweep's views: the terminal tables, summary.json and report.html, from one analysis.
+
+``render_sweep(run_dir)`` is what ``loadgen sweep`` calls at the end and what
+``loadgen report`` calls for a run folder whose run.json has ``points``; both
+give the same files from the same records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..metrics import SLO, Summary, summary_to_json
+from ..pareto import cost_per_million, per_gpu
+from ..runner import write_json
+from ..stats import json_number
+from .html import fmt, write_report
+from .points import PointFigures, RunAnalysis, analyze_run, slo_to_json
+
+__all__ = ["SweepReport", "render_sweep", "point_columns", "point_cells", "frontier_table", "points_table",
+           "analysis_json"]
+
+
+def point_columns(gpus: float | None, prices: dict[str, float], slo: SLO | None) -> list[str]:
+    cols = ["#", "load", "offered", "done/s", "out tok/s"]
+    cols += ["/GPU"] if gpus else []
+    cols += ["user tok/s p50", "p90", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99"]
+    cols += ["goodput/s", "SLO %"] if slo else []
+    cols += ["lag p99", "errors"] + [f"$/M {n}" for n in prices]
+    return cols
+
+
+def _p(d: Any, p: float) -> str:
+    return fmt(d.pct(p)[0]) if d.n else "-"
+
+
+def point_cells(index: int, label: str, s: Summary, gpus: float | None, prices: dict[str, float],
+                slo: SLO | None, frontier: bool = False) -> list[str]:
+    """One table row of a point, in the order of ``point_columns`` (ms for latencies)."""
+    cells = [f"{index}{' *' if frontier else ''}", label.replace(" req/s", ""), fmt(s.offered_rps),
+             fmt(s.completed_rps), fmt(s.output_tps)]
+    cells += [fmt(per_gpu(s.output_tps, gpus))] if gpus else []
+    cells += [_p(s.per_user_tps, 50), _p(s.per_user_tps, 90), _p(s.ttft, 50), _p(s.ttft, 99), _p(s.tpot, 50),
+              _p(s.itl, 99), _p(s.e2e, 99)]
+    cells += [fmt(s.goodput_rps), fmt(s.slo_attainment_pct)] if slo else []
+    errors = s.failed + s.cancelled
+    cells += [_p(s.schedule_lag, 99), str(errors) if errors else "0"]
+    cells += [fmt(cost_per_million(s.output_tps, price, gpus or 1.0)) for price in prices.values()]
+    return cells
+
+
+def points_table(a: RunAnalysis, title: str = "load points (* = Pareto frontier; latencies in ms)") -> Table:
+    t = Table(title=title, show_edge=False)
+    for c in point_columns(a.gpus, a.prices, a.slo):
+        t.add_column(c, justify="left" if c == "load" else "right")
+    for p in a.points:
+        t.add_row(*point_cells(p.index, p.label, p.summary, a.gpus, a.prices, a.slo, p.on_frontier))
+    return t
+
+
+def frontier_table(a: RunAnalysis) -> Table:
+    unit = "output tok/s per GPU" if a.gpus else "output tok/s"
+    t = Table(title="Pareto frontier (x: per-user tok/s, median of 1/TPOT; y: " + unit + ")", show_edge=False)
+    for c in ("point", "load", "per-user tok/s", unit, "95% CI", *[f"$/M {n}" for n in a.prices]):
+        t.add_column(c, justify="left" if c == "load" else "right")
+    for i in a.frontier:
+        p = a.points[i]
+        lo, hi = p.y_ci
+        t.add_row(str(p.index), p.label, fmt(p.x), fmt(p.y), f"[{fmt(lo)}, {fmt(hi)}]",
+                  *[fmt(p.costs[n]) for n in a.prices])
+    return t
+
+
+@dataclass
+class SweepReport:
+    analysis: RunAnalysis
+    html: Path
+
+    def print(self, console: Console | None = None) -> None:
+        console = console or Console()
+        a = self.analysis
+        console.print(points_table(a))
+        console.print(frontier_table(a))
+        for line in headline(a):
+            console.print(line)
+        for w in a.warnings + [f"{p.label}: {w}" for p in a.points for w in p.warnings]:
+            console.print(Text("warning: " + w, style="yellow"))
+        console.print(f"report: {self.html}")
+
+
+def headline(a: RunAnalysis) -> list[str]:
+    """The sweep's answer in a few lines: saturation, capacity at SLO, cost there."""
+    out = [f"saturation: {a.saturation}" if a.saturation else "saturation: not reached in this sweep"]
+    if a.slo is not None:
+        c = a.capacity
+        if c is None or c.rate is None:
+            out.append(f"capacity at SLO ({a.slo}; {a.target_pct:g}%): none: {c.note if c else 'no open-loop point'}")
+        else:
+            upper = "" if math.isinf(c.upper) else f", confirmed miss at {fmt(c.upper)}"
+            out.append(f"capacity at SLO ({a.slo}; {a.target_pct:g}% attainment): {fmt(c.rate)} req/s "
+                       f"({'confirmed' if c.confirmed else 'not confirmed'}{upper}): {c.note}")
+            at = a.point_at(c.rate)
+            if at is not None:
+                costs = ", ".join(f"{n} ${fmt(v)}/M" for n, v in at.costs.items())
+                out.append(f"goodput there: {fmt(at.summary.goodput_rps)} req/s, {fmt(at.y)} "
+                           f"output tok/s{' per GPU' if a.gpus else ''}" + (f"; cost {costs}" if costs else ""))
+    return out
+
+
+def _point_json(p: PointFigures) -> dict[str, Any]:
+    return {
+        "index": p.index, "label": p.label, "phase": p.phase, "rate": p.rate, "concurrency": p.concurrency,
+        "per_user_tps_p50": json_number(p.x), "per_user_tps_p90": json_number(p.per_user_p90),
+        "output_tps_ci": [json_number(v) for v in p.output_tps_ci],
+        "output_tps_per_gpu": json_number(p.y) if p.gpus else None,
+        "attainment_ci": [json_number(v) for v in p.attainment_ci] if p.attainment_ci else None,
+        "goodput_ci": [json_number(v) for v in p.goodput_ci] if p.goodput_ci else None,
+        "cost_per_million_output": {k: json_number(v) for k, v in p.costs.items()},
+        "on_frontier": p.on_frontier, "warnings": p.warnings, "summary": summary_to_json(p.summary),
+    }
+
+
+def analysis_json(a: RunAnalysis) -> dict[str, Any]:
+    c = a.capacity
+    return {
+        "run_id": a.meta.get("run_id"), "endpoint": a.meta.get("endpoint"), "model": a.meta.get("model"),
+        "sweep": True, "slo": slo_to_json(a.slo, a.slo_name, a.target_pct), "gpus": a.gpus, "prices": a.prices,
+        "saturation": a.saturation, "frontier": [a.points[i].index for i in a.frontier],
+        "capacity_at_slo": None if c is None else {
+            "rate": c.rate, "lower": json_number(c.lower), "upper": json_number(c.upper), "confirmed": c.confirmed,
+            "target_pct": c.target_pct, "note": c.note},
+        "warnings": a.warnings, "points": [_point_json(p) for p in a.points],
+    }
+
+
+def render_sweep(run_dir: Path, **options: Any) -> SweepReport:
+    """Recompute a sweep's figures from its records; write summary.json, report.html, pareto.svg/png.
+
+    ``options`` override what run.json recorded (``slo``, ``target_pct``, ``gpus``, ``prices``, ``lag_limit_ms``).
+    """
+    a = analyze_run(Path(run_dir), **options)
+    write_json(Path(run_dir) / "summary.json", analysis_json(a))
+    return SweepReport(a, write_report(Path(run_dir), analysis=a))

@@ -1,0 +1,439 @@
+"""Sweep planning: which load points to send, as pure functions of what was observed.
+
+A sweep is a list of load points (rates or concurrencies) or an automatic search
+(``--auto``) in the spirit of MLPerf's peak search:
+
+1. **ramp**: from a light rate, multiply by ``factor`` until the endpoint saturates,
+   i.e. achieved throughput stops keeping up with the offered rate (or stops
+   rising while the offered rate still does), or the client itself falls behind;
+2. **spread**: place points at fractions of the capacity found, where the Pareto
+   curve bends (the geometric ramp leaves that region sparse);
+3. **bisect** (with an SLO): between the highest rate that meets the SLO
+   attainment target and the lowest that misses it, until the bracket is within
+   ``tolerance``. Bisection points run long enough that a clean pass can be
+   *confirmed* (Clopper-Pearson lower bound of attainment >= target).
+
+Nothing here sends or reads a clock: ``next_step`` maps the history of
+(step, observation) pairs to the next step, so the search is tested with
+made-up observations and a sweep is replayable from its run.json.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from scipy import stats as _sps
+
+from .errors import ConfigError
+from .metrics import Summary
+from .schedule import Arrival
+
+__all__ = [
+    "AutoSearch",
+    "Observation",
+    "Step",
+    "Capacity",
+    "SweepPlan",
+    "observe",
+    "saturation_reason",
+    "next_step",
+    "capacity_at_slo",
+    "attainment_interval",
+    "samples_to_confirm",
+    "parse_list",
+]
+
+
+@dataclass(frozen=True)
+class AutoSearch:
+    """Knobs of the automatic search; the defaults keep a bare ``loadgen sweep`` under ~2 minutes."""
+
+    start_rate: float = 2.0
+    factor: float = 2.0
+    max_rate: float = 256.0
+    max_ramp: int = 8
+    spread: tuple[float, ...] = (0.5, 0.75, 0.9)  # fractions of the capacity found
+    keep_up: float = 0.9  # completed / offered below this: the endpoint is not keeping up
+    min_gain: float = 0.1  # throughput rising less than this while load rose 1.5x: saturated
+    target_pct: float = 99.0  # SLO attainment target
+    confidence: float = 0.95
+    tolerance: float = 0.1  # bisection stops when hi / lo <= 1 + tolerance
+    max_bisect: int = 4
+    max_stretch: float = 3.0  # a bisection point may run this many point durations to gather samples
+
+    def __post_init__(self) -> None:
+        if not (self.start_rate > 0 and math.isfinite(self.start_rate)):
+            raise ConfigError(f"--start-rate {self.start_rate}: must be > 0 req/s")
+        if not self.factor > 1:
+            raise ConfigError(f"ramp factor {self.factor}: must be > 1")
+        if not self.max_rate >= self.start_rate:
+            raise ConfigError(f"--max-rate {self.max_rate}: must be >= the start rate {self.start_rate}")
+        if not 0 < self.target_pct < 100:
+            raise ConfigError(f"--slo-target {self.target_pct}: must be a percentage strictly between 0 and 100")
+        if not 0 < self.confidence < 1:
+            raise ConfigError(f"confidence {self.confidence}: must be strictly between 0 and 1")
+        if any(not 0 < f < 1 for f in self.spread):
+            raise ConfigError("spread fractions must be strictly between 0 and 1")
+        if self.max_ramp < 1 or self.max_bisect < 0 or self.max_stretch < 1:
+            raise ConfigError("max_ramp >= 1, max_bisect >= 0 and max_stretch >= 1 are required")
+
+    @property
+    def max_ramp_points(self) -> int:
+        """Ramp points the rate range allows (start, start*f, ... <= max_rate), at most max_ramp."""
+        n = int(math.floor(math.log(self.max_rate / self.start_rate) / math.log(self.factor) + 1e-9)) + 1
+        return max(1, min(self.max_ramp, n))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the search needs from one measured point (built from its Summary by ``observe``)."""
+
+    rate: float  # target offered rate, req/s
+    offered_rps: float
+    completed_rps: float
+    output_tps: float
+    expected_output_tps: float  # offered x mean requested output tokens; NaN when unknown
+    ttft_p50_ms: float
+    lag_p99_ms: float
+    failed_pct: float
+    met: int | None = None  # requests that met every SLO bound (None without an SLO)
+    n: int = 0  # requests scheduled in the window
+    client_limited: bool = False
+
+    @property
+    def keep_up_ratio(self) -> float:
+        """Fraction of the offered load the endpoint delivered (tokens when known, else requests)."""
+        if self.expected_output_tps > 0 and math.isfinite(self.expected_output_tps):
+            return self.output_tps / self.expected_output_tps
+        if self.offered_rps > 0:
+            return self.completed_rps / self.offered_rps
+        return math.nan
+
+    @property
+    def attainment(self) -> float | None:
+        return None if self.met is None or self.n == 0 else self.met / self.n
+
+
+def observe(summary: Summary, rate: float, lag_limit_ms: float = 10.0) -> Observation:
+    """The search's view of a point: throughput delivered vs offered, latency, SLO counts."""
+    s = summary
+    requested = s.output_requested_mean
+    expected = s.offered_rps * requested if requested == requested else math.nan
+    lag = s.schedule_lag.pct(99)[0] if s.schedule_lag.n else math.nan
+    return Observation(
+        rate=rate,
+        offered_rps=s.offered_rps,
+        completed_rps=s.completed_rps,
+        output_tps=s.output_tps,
+        expected_output_tps=expected,
+        ttft_p50_ms=s.ttft.pct(50)[0] if s.ttft.n else math.nan,
+        lag_p99_ms=lag,
+        failed_pct=100.0 * s.failed / s.requests if s.requests else 0.0,
+        met=s.slo_met,
+        n=s.requests,
+        client_limited=bool(lag == lag and lag > lag_limit_ms),
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One load point to send: its arrival, how long, and why the planner chose it."""
+
+    arrival: Arrival
+    phase: str  # "list" | "ramp" | "spread" | "bisect"
+    why: str
+    duration_s: float  # measurement window (warm-up comes on top)
+
+    @property
+    def rate(self) -> float:
+        return float(self.arrival.rate) if self.arrival.rate is not None else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "why": self.why, "duration_s": self.duration_s,
+                "arrival": {"kind": self.arrival.kind, "rate": self.arrival.rate, "cv": self.arrival.cv,
+                            "concurrency": self.arrival.concurrency, "label": str(self.arrival)}}
+
+
+# --------------------------------------------------------------------------- saturation
+
+
+def saturation_reason(prev: Observation | None, cur: Observation, cfg: AutoSearch) -> str | None:
+    """Why ``cur`` is past saturation, or None while throughput still follows the load."""
+    ratio = cur.keep_up_ratio
+    if ratio == ratio and ratio < cfg.keep_up:
+        return (f"delivered {ratio:.0%} of the offered load at {cur.rate:g} req/s "
+                f"(TTFT p50 {cur.ttft_p50_ms:.0f} ms)")
+    if cur.failed_pct >= 10:
+        return f"{cur.failed_pct:.0f}% of requests failed at {cur.rate:g} req/s (rejecting load)"
+    if prev is not None and cur.rate >= 1.5 * prev.rate and prev.output_tps > 0:
+        gain = cur.output_tps / prev.output_tps - 1
+        if gain < cfg.min_gain and cur.ttft_p50_ms > prev.ttft_p50_ms:
+            return (f"output tok/s rose only {gain:+.0%} from {prev.rate:g} to {cur.rate:g} req/s "
+                    f"while TTFT p50 climbed {prev.ttft_p50_ms:.0f} -> {cur.ttft_p50_ms:.0f} ms")
+    return None
+
+
+def _saturation(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> tuple[int, str] | None:
+    """(index in the ramp order, reason) of the first saturated ramp point."""
+    ramp = [obs for step, obs in history if step.phase == "ramp"]
+    for i, obs in enumerate(ramp):
+        reason = saturation_reason(ramp[i - 1] if i else None, obs, cfg)
+        if reason:
+            return i, reason
+    return None
+
+
+def capacity_estimate(history: list[tuple[Step, Observation]]) -> float:
+    """Highest completed request rate seen: what the endpoint sustains at saturation."""
+    return max((obs.completed_rps for _, obs in history if obs.completed_rps == obs.completed_rps), default=0.0)
+
+
+# --------------------------------------------------------------------------- SLO attainment
+
+
+def attainment_interval(met: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """One-sided Clopper-Pearson bounds (lower, upper) of the attainment fraction.
+
+    Each bound alone holds with ``confidence``: lower >= target confirms a pass,
+    upper < target confirms a miss; anything else is inconclusive at this n.
+    """
+    if n <= 0:
+        return (0.0, 1.0)
+    alpha = 1.0 - confidence
+    lo = float(_sps.beta.ppf(alpha, met, n - met + 1)) if met > 0 else 0.0
+    hi = float(_sps.beta.ppf(1 - alpha, met + 1, n - met)) if met < n else 1.0
+    return (lo, hi)
+
+
+def samples_to_confirm(target_pct: float, confidence: float = 0.95) -> int:
+    """Requests needed, with no miss, for the lower bound to reach the target (299 for 99% at 95%)."""
+    return int(math.ceil(math.log(1 - confidence) / math.log(target_pct / 100.0)))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Capacity at SLO: the highest offered rate whose attainment meets the target.
+
+    ``rate`` uses point estimates; ``lower``/``upper`` bracket it with confidence:
+    ``lower`` is the highest rate with a confirmed pass, ``upper`` the lowest rate
+    with a confirmed miss (inf when none was seen).
+    """
+
+    rate: float | None
+    lower: float
+    upper: float
+    confirmed: bool
+    target_pct: float
+    note: str
+
+
+def capacity_at_slo(points: list[tuple[float, int, int]], target_pct: float,
+                    confidence: float = 0.95) -> Capacity:
+    """From (rate, met, n) per point; assumes attainment falls as the rate rises."""
+    pts = sorted((r, m, n) for r, m, n in points if n > 0)
+    target = target_pct / 100.0
+    if not pts:
+        return Capacity(None, 0.0, math.inf, False, target_pct, "no point had requests in its window")
+    first_miss = next((r for r, m, n in pts if m / n < target), math.inf)
+    passing = [r for r, m, n in pts if m / n >= target and r < first_miss]
+    rate = max(passing) if passing else None
+    confirmed_miss = [r for r, m, n in pts if attainment_interval(m, n, confidence)[1] < target]
+    upper = min(confirmed_miss, default=math.inf)
+    confirmed_pass = [r for r, m, n in pts if attainment_interval(m, n, confidence)[0] >= target and r < upper]
+    lower = max(confirmed_pass, default=0.0)
+    confirmed = rate is not None and lower >= rate
+    need = samples_to_confirm(target_pct, confidence)
+    if rate is None:
+        note = f"no point met {target_pct:g}% attainment (lowest rate {pts[0][0]:g} req/s)"
+    elif confirmed:
+        note = f"{rate:g} req/s met {target_pct:g}% with {confidence:.0%} confidence"
+    else:
+        note = (f"{rate:g} req/s met {target_pct:g}% on the point estimate, not confirmed: "
+                f"a clean confirmation needs >= {need} requests in the window")
+    if first_miss == math.inf and rate is not None:
+        note += "; no point missed the SLO, so capacity may be higher"
+    return Capacity(rate, lower, upper, confirmed, target_pct, note)
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def _near(rate: float, rates: list[float], rel: float = 0.1) -> bool:
+    return any(abs(rate - r) <= rel * max(rate, r) for r in rates)
+
+
+def _open(rate: float, kind: str, cv: float | None) -> Arrival:
+    return Arrival(kind, rate=_round_rate(rate), cv=cv if kind == "gamma" else None)
+
+
+def _round_rate(rate: float) -> float:
+    """Three significant digits: readable labels, and replays give identical schedules."""
+    return float(f"{rate:.3g}")
+
+
+def next_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], *, point_duration_s: float,
+              has_slo: bool, kind: str = "poisson", cv: float | None = None) -> Step | None:
+    """The next load point of the automatic search, or None when it is done."""
+    ramp = [(s, o) for s, o in history if s.phase == "ramp"]
+    sat = _saturation(history, cfg)
+    if sat is None and ramp:
+        last = ramp[-1][1]
+        nxt = last.rate * cfg.factor
+        if not last.client_limited and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
+            return Step(_open(nxt, kind, cv), "ramp", f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s",
+                        point_duration_s)
+    elif not ramp:
+        return Step(_open(cfg.start_rate, kind, cv), "ramp", "light load", point_duration_s)
+    rates = [o.rate for _, o in history]
+    if sat is not None:
+        cap = capacity_estimate(history)
+        for f in sorted(cfg.spread):
+            r = _round_rate(f * cap)
+            if r > 0 and not _near(r, rates):
+                return Step(_open(r, kind, cv), "spread", f"{f:.0%} of the capacity found ({cap:.3g} req/s)",
+                            point_duration_s)
+    if has_slo:
+        return _bisect_step(cfg, history, point_duration_s, kind, cv)
+    return None
+
+
+def _bisect_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], point_duration_s: float,
+                 kind: str, cv: float | None) -> Step | None:
+    if sum(1 for s, _ in history if s.phase == "bisect") >= cfg.max_bisect:
+        return None
+    target = cfg.target_pct / 100.0
+    pts = sorted((o.rate, o.attainment) for _, o in history if o.attainment is not None)
+    if not pts:
+        return None
+    misses = [r for r, a in pts if a is not None and a < target]
+    if not misses:
+        return None  # every point met the SLO: capacity at SLO >= the highest rate sent
+    hi = min(misses)
+    passes = [r for r, a in pts if a is not None and a >= target and r < hi]
+    if passes:
+        lo = max(passes)
+        if hi / lo <= 1 + cfg.tolerance:
+            return None
+        rate, why = math.sqrt(lo * hi), f"bisect: met at {lo:g}, missed at {hi:g} req/s"
+    else:
+        rate, why = hi / cfg.factor, f"every point missed the SLO; stepping below {hi:g} req/s"
+        if rate < cfg.start_rate / cfg.factor**2:
+            return None
+    rate = _round_rate(rate)
+    if _near(rate, [r for r, _ in pts], rel=0.01):
+        return None
+    need = samples_to_confirm(cfg.target_pct, cfg.confidence)
+    duration = min(max(point_duration_s, need / rate), cfg.max_stretch * point_duration_s)
+    return Step(_open(rate, kind, cv), "bisect", why, round(duration, 3))
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep's shape: a fixed list of arrivals, or an automatic search; timing per point."""
+
+    mode: str  # "rates" | "concurrency" | "auto"
+    arrivals: tuple[Arrival, ...] = ()
+    point_duration_s: float = 8.0
+    warmup_s: float = 2.0
+    drain_s: float = 15.0
+    auto: AutoSearch = field(default_factory=AutoSearch)
+    has_slo: bool = False
+    kind: str = "poisson"
+    cv: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("rates", "concurrency", "auto"):
+            raise ConfigError(f"sweep mode {self.mode!r}: use rates, concurrency or auto")
+        if self.mode != "auto" and not self.arrivals:
+            raise ConfigError("a sweep needs at least one load point")
+        if not self.point_duration_s > 0:
+            raise ConfigError(f"--point-duration {self.point_duration_s}: must be > 0 seconds")
+        if self.warmup_s < 0 or self.drain_s < 0:
+            raise ConfigError("--warmup and --drain must be >= 0 seconds")
+
+    def fixed_steps(self) -> list[Step]:
+        return [Step(a, "list", "given", self.point_duration_s) for a in self.arrivals]
+
+    def max_points(self) -> int:
+        if self.mode != "auto":
+            return len(self.arrivals)
+        a = self.auto
+        return a.max_ramp_points + len(a.spread) + (a.max_bisect if self.has_slo else 0)
+
+    def time_bound_s(self) -> tuple[float, float]:
+        """(sending time without drains, upper bound with every drain used up), in seconds."""
+        per = self.warmup_s + self.point_duration_s
+        if self.mode != "auto":
+            n = len(self.arrivals)
+            return n * per, n * (per + self.drain_s)
+        a = self.auto
+        fixed = a.max_ramp_points + len(a.spread)
+        bisect = a.max_bisect if self.has_slo else 0
+        send = fixed * per + bisect * (self.warmup_s + a.max_stretch * self.point_duration_s)
+        return send, send + (fixed + bisect) * self.drain_s
+
+    def describe(self) -> str:
+        """The plan in one paragraph, printed before anything is sent."""
+        send, bound = self.time_bound_s()
+        per = f"{self.warmup_s:g} s warm-up + {self.point_duration_s:g} s measured + drain (<= {self.drain_s:g} s)"
+        if self.mode != "auto":
+            labels = ", ".join(str(a.rate) if a.rate is not None else str(a.concurrency) for a in self.arrivals)
+            unit = "req/s" if self.mode == "rates" else "concurrent users"
+            return (f"{len(self.arrivals)} points ({labels} {unit}); each {per}; "
+                    f"{send:.0f} s of sending, at most {bound:.0f} s")
+        a = self.auto
+        parts = [f"ramp from {a.start_rate:g} req/s x{a.factor:g} until saturation "
+                 f"(<= {a.max_ramp_points} points, <= {a.max_rate:g} req/s)",
+                 f"{len(a.spread)} points at {', '.join(f'{f:.0%}' for f in a.spread)} of the capacity found"]
+        if self.has_slo:
+            parts.append(f"<= {a.max_bisect} bisection points for capacity at {a.target_pct:g}% SLO attainment "
+                         f"(each up to {a.max_stretch:g}x longer to confirm)")
+        return (f"auto search: {'; '.join(parts)}; each point {per}; at most {self.max_points()} points, "
+                f"typically ~{send * 0.8:.0f} s, at most {bound:.0f} s")
+
+
+def parse_list(text: str, what: str, integer: bool = False) -> list[float]:
+    """``1,2,4`` or ``1:16:x2`` (geometric) or ``4:20:+4`` (linear) -> values, validated."""
+    out: list[float] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        out.extend(_parse_range(part, what) if ":" in part else [_number(part, what)])
+    if not out:
+        raise ConfigError(f"{what} {text!r}: give at least one value")
+    for v in out:
+        if not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"{what} {text!r}: every value must be > 0")
+        if integer and not float(v).is_integer():
+            raise ConfigError(f"{what} {text!r}: values must be whole numbers")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{what} {text!r}: a value is repeated")
+    return [float(_round_rate(v)) if not integer else float(int(v)) for v in out]
+
+
+def _number(s: str, what: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        raise ConfigError(f"{what}: {s!r} is not a number") from None
+
+
+def _parse_range(part: str, what: str) -> list[float]:
+    bits = part.split(":")
+    if len(bits) != 3 or bits[2][:1] not in ("x", "+"):
+        raise ConfigError(f"{what} {part!r}: a range is START:STOP:xFACTOR or START:STOP:+STEP")
+    start, stop, step = _number(bits[0], what), _number(bits[1], what), _number(bits[2][1:], what)
+    geometric = bits[2][0] == "x"
+    if start <= 0 or stop < start or (step <= 1 if geometric else step <= 0):
+        raise ConfigError(f"{what} {part!r}: need 0 < START <= STOP and a growing step")
+    vals, v = [], start
+    while v <= stop * (1 + 1e-9) and len(vals) < 100:
+        vals.append(v)
+        v = v * step if geometric else v + step
+    return vals
