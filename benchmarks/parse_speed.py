@@ -106,16 +106,19 @@ def main() -> None:
         check.feed(data, 0)
     assert check.reconcile()[1:] == (128, "usage"), check.reconcile()
     print(f"{n} events/stream (128 tokens), mean event {len(b''.join(events)) // n} bytes")
+    print(f"{'us of CPU per event, best of 5':34s} SSE only   tally   tally without template")
     for label, reads in (
         ("1 event per read", reads_of(events, 1)),
         ("16 events per read", reads_of(events, 16)),
+        ("1448-byte reads (TCP segments)", byte_splits(events, 1448)),
         ("97-byte reads", byte_splits(events, 97)),
     ):
         run_tally(reads, max(args.repeat // 20, 1))  # warm up
-        sse = min(run_sse(reads, args.repeat) for _ in range(3))
-        full = min(run_tally(reads, args.repeat) for _ in range(3))
         per = 1e6 / (args.repeat * n)
-        print(f"{label:20s} SSE only {sse * per:5.2f} us/event   SSE+JSON+tally {full * per:5.2f} us/event")
+        sse = min(run_sse(reads, args.repeat) for _ in range(5)) * per
+        fast = min(run_tally(reads, args.repeat) for _ in range(5)) * per
+        full = min(run_tally(reads, args.repeat, learn=False) for _ in range(5)) * per
+        print(f"  {label:32s} {sse:8.2f} {fast:7.2f} {full:10.2f}")
 
 
 if __name__ == "__main__":

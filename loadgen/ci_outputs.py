@@ -115,30 +115,34 @@ def clip(text: Any, limit: int = _CLIP) -> str:
 # --------------------------------------------------------------------------- terminal
 
 
-def to_table(outcome: Outcome) -> Table:
+def to_table(outcome: Outcome, why: bool = True) -> Table:
     """A rich table; every cell is a ``Text`` so endpoint text is never read as markup."""
     t = Table(title=Text(outcome.title), show_edge=False, title_justify="left")
-    for col in ("", *outcome.columns, "result", "why"):
-        t.add_column(col, justify="right" if col not in ("", "why") and col in _numeric(outcome) else "left")
+    cols = ("", *outcome.columns, "result", *(("why",) if why else ()))
+    for col in cols:
+        t.add_column(col, justify="right" if col in outcome.columns and col != "limit" else "left")
     for c in outcome.cases:
         t.add_row(
             Text(c.name),
             *(Text(c.cell(col)) for col in outcome.columns),
             Text(_MARK[c.status], style=_STYLE[c.status]),
-            Text(clip(c.message)),
+            *((Text(clip(c.message)),) if why else ()),
         )
     return t
 
 
-def _numeric(outcome: Outcome) -> set[str]:
-    return {col for col in outcome.columns if col not in ("criterion", "item", "limit")}
-
-
 def print_outcome(outcome: Outcome, console: Console | None = None) -> None:
+    """Header, table, reasons, notes and the verdict line; with data columns the
+    reasons go under the table, one line each, so the table fits a terminal."""
     console = console or Console()
     for label, value in outcome.header:
         console.print(Text(f"{label}: ", style="bold") + Text(clip(value)))
-    console.print(to_table(outcome))
+    wide = bool(outcome.columns)
+    console.print(to_table(outcome, why=not wide))
+    if wide:
+        for c in outcome.cases:
+            mark = Text(f"{_MARK[c.status]:>12} ", style=_STYLE[c.status])
+            console.print(mark + Text(f"{c.name}: {clip(c.message)}"))
     for note in outcome.notes:
         console.print(Text("note: " + clip(note, 500), style="yellow"))
     n = outcome.counts()

@@ -30,6 +30,8 @@ __all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
 
 Clock = Callable[[], int]
 _ERROR_CHARS = 300
+_LOOKAHEAD = 256  # sessions built ahead of their send time
+_BUILD_MARGIN_NS = 3_000_000  # stop building when the next send is this close
 _KEYLIKE = re.compile(r"(sk-|Bearer\s+)[A-Za-z0-9_\-.]{6,}")
 
 
@@ -186,14 +188,29 @@ class Engine:
 
     # -- dispatch -----------------------------------------------------------------
     async def _open_loop(self, plan: Plan, start_ns: int) -> None:
+        """Send each session at its instant. Sessions are built ahead, in the idle time
+        before the next send is due (up to ``_LOOKAHEAD`` of them), so building a long
+        prompt never delays a send that is already due."""
         assert plan.offsets_ns is not None
         offsets = plan.offsets_ns
-        indices = plan.indices if plan.indices is not None else np.arange(len(offsets))
+        indices = (plan.indices if plan.indices is not None else np.arange(len(offsets))).tolist()
         self.live.scheduled = len(indices)
         loop = asyncio.get_running_loop()
-        for i in indices.tolist():
-            due = start_ns + int(offsets[i])
-            session = plan.session(i)  # built before its send time, not on the hot path
+        ahead: deque[tuple[int, Session]] = deque()
+        todo = iter(indices)
+        exhausted = False
+        while True:
+            while not exhausted and len(ahead) < _LOOKAHEAD and (
+                not ahead or ahead[0][0] - self.clock() > _BUILD_MARGIN_NS
+            ):
+                i = next(todo, None)
+                if i is None:
+                    exhausted = True
+                    break
+                ahead.append((start_ns + int(offsets[i]), plan.session(i)))
+            if not ahead:
+                return
+            due, session = ahead.popleft()
             delay = due - self.clock()
             if delay > 50_000_000:  # long gaps: stay responsive to a stop
                 try:
@@ -206,7 +223,7 @@ class Engine:
             task = loop.create_task(self._run_session(session, due))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            await asyncio.sleep(0)  # let it send now, before the next session is built
+            await asyncio.sleep(0)  # let it send now, before more sessions are built
 
     async def _sleep_until(self, due: int) -> None:
         await sleep_until(due, self.clock)

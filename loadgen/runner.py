@@ -56,6 +56,7 @@ class RunSettings:
     lag_limit_ms: float = 10.0
     extra_body: dict[str, Any] = field(default_factory=dict)
     point: int = 0
+    workers: int = 1  # client processes, each sending a shard of the schedule
 
     def __post_init__(self) -> None:
         if self.api not in ("chat", "completions"):
@@ -66,6 +67,10 @@ class RunSettings:
             raise ConfigError(f"--duration {self.duration_s}: must be > 0 seconds")
         if self.requests is not None and self.requests <= 0:
             raise ConfigError(f"--requests {self.requests}: must be >= 1")
+        if self.workers < 1:
+            raise ConfigError(f"--workers {self.workers}: must be >= 1")
+        if self.arrival.kind == "closed" and self.workers > (self.arrival.concurrency or 1):
+            raise ConfigError(f"--workers {self.workers} exceeds --concurrency {self.arrival.concurrency}")
         if self.warmup_s < 0 or self.cooldown_s < 0:
             raise ConfigError("--warmup and --cooldown must be >= 0 seconds")
         if self.duration_s and self.warmup_s + self.cooldown_s >= self.duration_s:
@@ -153,8 +158,9 @@ def build_plan(settings: RunSettings, workload: Workload, shard: int = 0, shards
     """The sessions this shard sends, and when: a pure function of the settings."""
     arrival = settings.arrival
     if arrival.kind == "closed":
-        return Plan(session=workload.session, concurrency=arrival.concurrency,
-                    count=settings.requests, duration_s=settings.duration_s)
+        users = (arrival.concurrency or 1) // shards + (shard < (arrival.concurrency or 1) % shards)
+        return Plan(session=workload.session, concurrency=users, count=settings.requests,
+                    duration_s=settings.duration_s)
     trace = workload.offsets_ns()
     if trace is not None:
         offs = np.asarray(trace, dtype=np.int64)
@@ -190,14 +196,19 @@ async def run_engine(
     api_key: str | None,
     on_engine: Callable[[Engine], None] | None = None,
     stream_name: str = STREAM_NAME,
+    shard: int = 0,
+    shards: int = 1,
+    start_ns: int | None = None,
 ) -> dict[str, Any]:
-    """Send one load point; records go to ``run_dir/stream_name``. Returns client health."""
+    """Send one load point (or shard ``shard`` of ``shards`` of it, from a shared
+    ``start_ns``); records go to ``run_dir/stream_name``. Returns client health."""
     cfg = EngineConfig(
         url=url, model=model, api=settings.api, run_id=run_id, endpoint_label=endpoint_label(url),
-        point=settings.point, timeouts=settings.timeouts, ignore_eos=settings.ignore_eos,
-        keep_text=settings.keep_text, max_inflight=settings.max_inflight, extra_body=settings.extra_body,
+        point=settings.point, shard=shard, shards=shards, timeouts=settings.timeouts,
+        ignore_eos=settings.ignore_eos, keep_text=settings.keep_text, max_inflight=settings.max_inflight,
+        extra_body=settings.extra_body,
     )
-    plan = build_plan(settings, workload)
+    plan = build_plan(settings, workload, shard, shards)
     with RecordWriter(run_dir / stream_name) as writer:
         engine = Engine(cfg, writer, api_key=api_key)
         if on_engine:
@@ -218,7 +229,8 @@ async def run_engine(
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        start_ns = time.perf_counter_ns() + 50_000_000  # 50 ms to settle before the first send
+        if start_ns is None:
+            start_ns = time.perf_counter_ns() + 50_000_000  # 50 ms to settle before the first send
         anchor = {"wall_ns": time.time_ns(), "perf_ns": time.perf_counter_ns(), "start_perf_ns": start_ns}
         try:
             await engine.run(plan, start_ns, grace_s=settings.drain_s)
@@ -235,7 +247,29 @@ async def run_engine(
         "sends_delayed_by_max_inflight": engine.live.capped,
         "interrupted": interrupted,
         "records": writer.written,
+        "shard": shard,
     }
+
+
+def run_point(
+    settings: RunSettings,
+    workload: Workload,
+    url: str,
+    model: str,
+    run_dir: Path,
+    run_id: str,
+    *,
+    api_key: str | None,
+    on_engine: Callable[[Engine], None] | None = None,
+    stem: str = "records",
+) -> dict[str, Any]:
+    """One load point, in this process or sharded over ``settings.workers`` processes."""
+    if settings.workers <= 1:
+        return asyncio.run(run_engine(settings, workload, url, model, run_dir, run_id, api_key=api_key,
+                                      on_engine=on_engine, stream_name=f"{stem}.arrows"))
+    from .workers import run_sharded
+
+    return run_sharded(settings, workload, url, model, run_dir, run_id, api_key=api_key, stem=stem)
 
 
 async def simulator_health(url: str) -> dict[str, Any]:
@@ -276,8 +310,7 @@ def execute(
             "started_wall_ns": time.time_ns(),
         }
         write_json(out / "run.json", meta)
-        client = asyncio.run(run_engine(settings, workload, url, model, out, run_id,
-                                        api_key=api_key, on_engine=on_engine))
+        client = run_point(settings, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine)
         if is_sim:
             meta["simulator"].update(asyncio.run(simulator_health(url)))
     compact(out)

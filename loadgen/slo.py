@@ -187,7 +187,13 @@ def load_profile(name_or_path: str | Path) -> Profile:
             known = ", ".join(builtin_profiles()) or "none"
             raise SpecError(f"--slo {name_or_path}: no such file or built-in profile (built-in: {known})")
         path = found
-    return _profile(load_yaml(path), str(path))
+    try:
+        doc = load_yaml(path)
+    except SpecError as e:
+        if "chomping" in str(e) or "block scalar" in str(e):  # `bound: >= 95 %` unquoted
+            raise SpecError(f"{e} (quote bounds that start with '>': bound: \">= 95 %\")") from None
+        raise
+    return _profile(doc, str(path))
 
 
 def _profile(doc: LineDict, file: str) -> Profile:
@@ -210,10 +216,12 @@ def _profile(doc: LineDict, file: str) -> Profile:
             raise f.error("criteria", f"{where} must be a mapping with metric, statistic and bound")
         criteria.append(_criterion(Fields(item, file, prefix=f"{where}."), item.line, slo))
     f.finish()
-    names = [c.name for c in criteria]
+    seen: dict[str, int] = {}
     for c in criteria:
-        if names.count(c.name) > 1:
-            raise SpecError(f"{file}:{c.line}: criteria: name {c.name!r} is used twice; names must be unique")
+        if c.name in seen:
+            raise SpecError(f"{file}:{c.line}: criteria: name {c.name!r} is already used on line {seen[c.name]}; "
+                            "names must be unique")
+        seen[c.name] = c.line
     return Profile(name=name, source=file, criteria=tuple(criteria), description=description.strip(),
                    confidence=float(confidence), min_samples=int(min_samples), min_duration_s=float(min_duration),
                    slo=slo)

@@ -46,6 +46,10 @@ class SSEParser:
     endpoint that never sends a line end must not exhaust the client. An event's size
     is the bytes of its lines after CR/CRLF became LF, without the closing blank line;
     measured so, whether a stream raises does not depend on how it was split.
+
+    ``idle`` is True while no partial event is held, so the next read starts at an
+    event boundary; a caller may then recognise a read that is exactly one known
+    event without feeding it here (``StreamTally`` does).
     """
 
     __slots__ = ("_buf", "_cr", "_max", "_start", "idle")
@@ -97,9 +101,9 @@ class SSEParser:
             buf = buf.lstrip(b"\n")  # blank lines before an event dispatch nothing
         # Only bytes new in this read can complete an event: search from there, so
         # an event arriving in many small reads is not rescanned from its start.
-        end = buf.rfind(b"\n\n", max(old - 1, 0))
+        end = buf.rfind(b"\n\n", old - 1 if old else 0)
         if end < 0:
-            if len(buf) - (buf[-1:] == b"\n") > self._max:
+            if len(buf) > self._max and len(buf) - (buf[-1:] == b"\n") > self._max:
                 raise self._too_big()
             self._buf = buf
             self.idle = not buf and not self._cr
@@ -107,7 +111,7 @@ class SSEParser:
         rest = buf[end + 2 :]
         if rest[:1] == b"\n":
             rest = rest.lstrip(b"\n")
-        if len(rest) - (rest[-1:] == b"\n") > self._max:
+        if len(rest) > self._max and len(rest) - (rest[-1:] == b"\n") > self._max:
             raise self._too_big()
         self._buf = rest
         self.idle = not rest and not self._cr

@@ -241,6 +241,7 @@ class StreamTally:
         i = payload.find(key)
         if type(value) is not str or i < 0:
             return
+        self._learns -= 1  # counts failures too: a server whose chunks never fit stops costing
         i += len(key)
         if payload[i : i + 1] == b" ":
             i += 1
@@ -250,7 +251,6 @@ class StreamTally:
         j = payload.find(b'"', i)
         if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
             return
-        self._learns -= 1
         pre, suf = payload[:i], payload[j:]
         probe = "~" if value != "~" else "~~"
         target[field] = probe

@@ -22,9 +22,9 @@ from typing import Any
 from . import __version__
 from .engine import Engine
 from .errors import ConfigError
-from .metrics import SLO, Summary, choose_window, summarize, validity_warnings
+from .metrics import SLO, Summary, summarize, validity_warnings
 from .records import compact, read_stream
-from .report.points import slo_to_json
+from .report.points import compact_warnings, point_window, slo_to_json
 from .runner import (
     RunSettings,
     _host_info,
@@ -33,10 +33,11 @@ from .runner import (
     new_run_id,
     run_engine,
     settings_json,
+    simulator_health,
     target,
     write_json,
 )
-from .sweep import Observation, Step, SweepPlan, next_step, observe
+from .sweep import Observation, Step, SweepPlan, next_step, observe, search_end
 from .workload import Workload
 
 __all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt"]
@@ -181,6 +182,10 @@ def run_sweep(
                 if point.client.get("interrupted"):
                     result.interrupted = True
                     break
+            if settings.plan.mode == "auto":
+                meta["sweep"]["search_end"] = search_end(settings.plan.auto, history)
+            if is_sim:
+                meta["simulator"].update(asyncio.run(simulator_health(url)))
         finally:
             compact(out)
             meta["finished_wall_ns"] = time.time_ns()
@@ -196,11 +201,14 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
     client = asyncio.run(run_engine(ps, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine,
                                     stream_name=stream))
     table = read_stream(out / stream)
-    window = choose_window(table, warmup_s=ps.warmup_s)
+    window, problem = point_window(table, ps.warmup_s)
     summary = summarize(table, window, settings.slo)
     rate = step.rate if step.arrival.kind != "closed" else summary.offered_rps
     obs = observe(summary, rate, settings.base.lag_limit_ms)
+    if client.get("sends_delayed_by_max_inflight") or client.get("cpu_utilisation", 0.0) >= 0.95:
+        obs = replace(obs, client_limited=True)
     warns = validity_warnings(summary, lag_p99_limit_ms=settings.base.lag_limit_ms) if summary.requests else []
+    warns = compact_warnings(warns) + ([problem] if problem else [])
     return PointResult(k, step, summary, obs, client, warns)
 
 

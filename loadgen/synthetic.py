@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from .distributions import Distribution, Fixed, parse_distribution
 from .session import Session, Turn
 from .specfile import Fields
-from .workload import Base, TextSource, rng
+from .workload import Base, Memo, TextSource, rng
 
 __all__ = ["ChatWorkload", "RagWorkload", "AgenticWorkload", "AgentProfile", "build_synthetic"]
 
@@ -113,7 +113,7 @@ class RagWorkload(Base):
     output: Distribution
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_doc", lru_cache(maxsize=_DOC_CACHE)(self._make_doc))
+        object.__setattr__(self, "_docs", Memo(_DOC_CACHE))
 
     @cached_property
     def doc_lengths(self) -> np.ndarray:
@@ -129,7 +129,7 @@ class RagWorkload(Base):
         return self.text.words(int(self.doc_lengths[d]), rng(self.seed, _TAG_DOC, d))
 
     def doc_text(self, d: int) -> str:
-        return self._doc(d)  # type: ignore[attr-defined,no-any-return]
+        return self._docs.get(d, lambda: self._make_doc(d))  # type: ignore[attr-defined,no-any-return]
 
     def docs(self, j: int) -> list[int]:
         """Request j's documents: k distinct ranks drawn by Zipf popularity."""

@@ -31,7 +31,7 @@ import csv
 import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,10 @@ import orjson
 from .errors import SpecError
 from .session import Session, Turn
 from .specfile import Fields
-from .workload import Base, TextSource, rng
+from .workload import Base, Memo, TextSource, rng
 
-__all__ = ["FORMATS", "Requests", "Conversation", "Blocks", "read_mooncake", "read_azure",
-           "read_burstgpt", "read_sharegpt", "select", "RequestTrace", "ShareGPTTrace", "build_trace",
-           "gap_stats"]
+__all__ = ["FORMATS", "Requests", "Blocks", "read_mooncake", "read_azure", "read_burstgpt",
+           "select", "RequestTrace", "build_trace", "gap_stats"]
 
 FORMATS = ("mooncake", "azure", "burstgpt", "sharegpt", "agentic")
 TIMED = ("mooncake", "azure", "burstgpt")
@@ -228,10 +227,10 @@ class Blocks:
 
     def __init__(self, ts: TextSource, seed: int) -> None:
         self.ts, self.seed = ts, seed
-        self._block = lru_cache(maxsize=_BLOCK_CACHE)(self._make)
+        self._memo = Memo(_BLOCK_CACHE)
 
-    def _make(self, scope: int, hid: int, m: int) -> str:
-        return self.ts.words(m, rng(self.seed, _TAG_BLOCK, scope, hid, m))
+    def _block(self, scope: int, hid: int, m: int) -> str:
+        return self._memo.get((scope, hid, m), lambda: self.ts.words(m, rng(self.seed, _TAG_BLOCK, scope, hid, m)))
 
     def text(self, scope: int, ids: np.ndarray | tuple[int, ...], n: int, block: int,
              fill: Callable[[], np.random.Generator]) -> str:
@@ -325,111 +324,6 @@ class RequestTrace(Base):
         return d
 
 
-# -- ShareGPT ---------------------------------------------------------------------------------
-
-_HUMAN, _GPT, _SYSTEM = ("human", "user"), ("gpt", "assistant", "chatgpt", "bard", "model"), ("system",)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    system: str | None
-    pairs: tuple[tuple[str, str], ...]  # (human text, recorded answer)
-
-
-def _load_json_records(path: Path) -> list[Any]:
-    data = _read(path)
-    if data.lstrip()[:1] == b"[":
-        try:
-            recs = orjson.loads(data)
-        except orjson.JSONDecodeError as e:
-            raise SpecError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-        return list(recs)
-    recs = []
-    for ln, line in enumerate(data.splitlines(), 1):
-        if line.strip():
-            try:
-                recs.append(orjson.loads(line))
-            except orjson.JSONDecodeError as e:
-                raise SpecError(f"{path}:{ln}: not valid JSON ({e.msg})") from None
-    return recs
-
-
-def read_sharegpt(path: Path) -> tuple[list[Conversation], int]:
-    """Conversations with at least one answered human turn, and how many were skipped."""
-    convs, skipped = [], 0
-    for n, rec in enumerate(_load_json_records(path)):
-        where = f"{path}: record {n}"
-        msgs = rec.get("conversations", rec.get("messages")) if isinstance(rec, dict) else None
-        if not isinstance(msgs, list):
-            raise _err(where, "conversations", "must be a list of {from, value}")
-        system, pairs, human = None, [], None
-        for m, msg in enumerate(msgs):
-            if not isinstance(msg, dict):
-                raise _err(where, f"conversations[{m}]", "must be a mapping")
-            who, text = msg.get("from", msg.get("role")), msg.get("value", msg.get("content"))
-            if not isinstance(who, str) or not isinstance(text, str):
-                raise _err(where, f"conversations[{m}]", "needs string 'from' and 'value'")
-            if who in _SYSTEM:
-                system = text
-            elif who in _HUMAN:
-                human = text if human is None else human + "\n" + text
-            elif who in _GPT:
-                if human is not None:
-                    pairs.append((human, text))
-                human = None
-            else:
-                raise _err(where, f"conversations[{m}].from", f"unknown speaker {who[:20]!r}")
-        if pairs:
-            convs.append(Conversation(system, tuple(pairs)))
-        else:
-            skipped += 1
-    if not convs:
-        raise SpecError(f"{path}: no conversation with an answered human turn")
-    return convs, skipped
-
-
-@dataclass(frozen=True, kw_only=True)
-class ShareGPTTrace(Base):
-    """Real multi-turn conversations: each human message is a turn whose answer is
-    asked for at the recorded answer's length (in the workload's tokenizer)."""
-
-    kind = "trace"
-    format: str = "sharegpt"
-    path: str
-    convs: tuple[Conversation, ...]
-    skipped: int = 0
-    max_turns: int | None = None
-    max_output: int | None = None
-    output_tokens: int | None = None
-    think: Any = None  # Distribution of seconds between turns
-
-    @property
-    def size(self) -> int | None:
-        return len(self.convs)
-
-    def _build(self, j: int) -> Session:
-        c = self.convs[j]
-        pairs = c.pairs[: self.max_turns] if self.max_turns else c.pairs
-        thinks = self.think.sample(rng(self.seed, _TAG_FILL, j), len(pairs))
-        ctx = self.text.count(c.system) if c.system else 0
-        turns = []
-        for k, (human, answer) in enumerate(pairs):
-            out = self.output_tokens or max(1, self.text.count(answer))
-            if self.max_output:
-                out = min(out, self.max_output)
-            prompt = ctx + self.text.count(human)
-            turns.append(Turn(text=human, max_tokens=out, prompt_tokens=prompt,
-                              think_ns=round(float(thinks[k]) * 1e9) if k else 0))
-            ctx = prompt + out
-        return Session(session=j, turns=tuple(turns), system=c.system)
-
-    def _describe(self) -> dict[str, Any]:
-        return {"format": self.format, "path": self.path, "conversations": len(self.convs),
-                "skipped": self.skipped, "max_turns": self.max_turns, "max_output": self.max_output,
-                "output_tokens": self.output_tokens, "think_s": self.think.describe(),
-                "mean_turns": float(np.mean([len(c.pairs) for c in self.convs]))}
-
-
 # -- spec ---------------------------------------------------------------------------------------
 
 # Options that only make sense for some formats; elsewhere they are errors, not no-ops.
@@ -481,6 +375,8 @@ def build_trace(f: Fields, common: dict[str, Any]) -> Base:
         return RequestTrace(**common, format=fmt, table=table, idx=idx, speed=speed, start_s=start,
                             window_s=None if window is None else float(window), **opts)
     if fmt == "sharegpt":
+        from .sharegpt import ShareGPTTrace, read_sharegpt
+
         if path.is_dir():
             raise f.error("path", f"{path} is a folder; give a ShareGPT JSON file")
         convs, skipped = read_sharegpt(path)

@@ -7,7 +7,8 @@ ahead of need beyond what the run asks for.
 ``load_workload`` reads a YAML spec (a built-in name such as ``chat`` or a path),
 validates all of it before any traffic, and returns one of: ``ChatWorkload``,
 ``RagWorkload``, ``AgenticWorkload`` (``loadgen/synthetic.py``) or a trace replay
-(``loadgen/traces.py``). Randomness comes only from ``rng(seed, tag, *key)``, a
+(``loadgen/traces.py``; ShareGPT in ``sharegpt.py``, agent sessions in
+``agent_trace.py``). Randomness comes only from ``rng(seed, tag, *key)``, a
 fresh Generator per (stream, session, turn), so no draw in one session can shift
 another's, and a tokenizer that needs extra draws to hit a length exactly changes
 only the text it builds, never the lengths.
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -39,6 +41,7 @@ __all__ = [
     "find_spec",
     "rng",
     "PREFIX_TOKENS",
+    "Memo",
 ]
 
 # Tokens of the salt prefix (cold prefix caches per load point) and of the prefix
@@ -124,6 +127,29 @@ class SyntheticChat:
 
 # -- text --------------------------------------------------------------------------
 
+
+class Memo:
+    """A bounded LRU memo of built text. It pickles empty: workers are spawned with a
+    pickled workload and rebuild what they need (the text is a pure function)."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[Any, str] = OrderedDict()
+
+    def get(self, key: Any, make: Callable[[], str]) -> str:
+        data = self._data
+        value = data.get(key)
+        if value is None:
+            value = data[key] = make()
+            if len(data) > self.maxsize:
+                data.popitem(last=False)
+        else:
+            data.move_to_end(key)
+        return value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Memo, (self.maxsize,))
+
 _TAG_SALT = 0x5A17
 _TAG_CYCLE = 0xC1C1E
 
@@ -189,10 +215,22 @@ def with_prefix(s: Session, text: str, n: int) -> Session:
     return replace(s, turns=(replace(first, text=text + first.text), *turns[1:]))
 
 
+def renumber(s: Session, i: int) -> Session:
+    """``s`` and its children labelled session ``i`` (children carry their parent's id)."""
+    turns = tuple(replace(t, children=tuple(renumber(c, i) for c in t.children)) if t.children else t
+                  for t in s.turns)
+    return replace(s, session=i, turns=turns)
+
+
 @dataclass(frozen=True)
 class Base:
-    """What every spec-built workload shares: name, seed, text source, wrap-around."""
+    """What every spec-built workload shares: name, seed, text source, wrap-around.
 
+    Subclasses build session ``j`` < ``size`` in ``_build``; ``session(i)`` adds the
+    salt prefix and, past the end of a finite workload, a per-pass prefix.
+    """
+
+    kind = "base"  # a class attribute, not a field
     name: str
     seed: int
     text: TextSource
@@ -208,7 +246,8 @@ class Base:
         n = self.size
         cycle, j = (0, i) if n is None else divmod(i, n)
         s = self._build(j)
-        s = replace(s, session=i)
+        if i != j:
+            s = renumber(s, i)
         return with_prefix(s, *self.text.prefix(cycle))
 
     def _build(self, j: int) -> Session:
@@ -220,8 +259,6 @@ class Base:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "spec": self.source, "seed": self.seed,
                 "salt": self.text.salt, **self.text.describe(), **self._describe()}
-
-    kind = "base"
 
     def _describe(self) -> dict[str, Any]:
         return {}
@@ -314,7 +351,9 @@ def load_workload(
     doc = load_yaml(path)
     kind = doc.get("kind")
     if overrides:
-        apply_overrides(doc, _resolve_aliases(str(kind), dict(overrides), file), file)
+        # an unknown kind is reported as such below, before any alias could be
+        ovr = _resolve_aliases(kind, dict(overrides), file) if kind in KINDS else dict(overrides)
+        apply_overrides(doc, ovr, file)
     f = Fields(doc, file, base=path.parent)
     kind = f.string("kind", choices=KINDS)
     name = f.string("name", path.stem)

@@ -71,16 +71,16 @@ def test_completions_api_is_timed_the_same_way(fixed_sim, tmp_path):
 def test_open_loop_a_client_stall_shows_in_ttft_from_the_intended_time(fixed_sim, tmp_path):
     """Requests due while the client is frozen are sent late; the lateness must count."""
     wl = SyntheticChat(input_tokens=16, output_tokens=4)
-    offsets = [i * 20.0 for i in range(30)]  # 0..580 ms
-    rec = _send(fixed_sim.url, _plan(offsets, wl), tmp_path / "r.arrows", stall=(0.2, 0.3))
+    offsets = [i * 20.0 for i in range(40)]  # 0..780 ms
+    rec = _send(fixed_sim.url, _plan(offsets, wl), tmp_path / "r.arrows", stall=(0.2, 0.4))
     sched = np.asarray(rec["t_sched"])
     late = _ms(rec["t_sent"], rec["t_sched"])
     ttft = _ms(rec["t_first"], rec["t_sched"])
     ttft_sent = _ms(rec["t_first"], rec["t_sent"])
-    hit = late > 50  # due during the 300 ms stall
-    assert hit.sum() >= 5
-    assert ttft[hit].min() > 100  # the stall is in the open-loop TTFT ...
-    assert np.median(ttft_sent[hit]) < 70  # ... but the server was as fast as ever
+    hit = late > 100  # due during the 400 ms stall
+    assert hit.sum() >= 8
+    assert ttft[hit].min() > 150 and np.median(ttft[hit]) > 200  # the stall is in the open-loop TTFT ...
+    assert np.median(ttft_sent[hit]) < 120  # ... while the server answered in its usual ~50 ms
     # t_sched is the planned instant itself, untouched by the stall
     assert set(np.diff(np.sort(sched)).tolist()) == {20_000_000}
 

@@ -180,7 +180,7 @@ def sse_streams(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
     return b"".join(out), expected
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=sse_streams(), data=st.data())
 def test_any_split_gives_the_same_payloads(case: tuple[bytes, list[bytes]], data: st.DataObject):
     stream, expected = case
@@ -204,7 +204,7 @@ def outcome(pieces: list[bytes], cap: int) -> list[bytes] | str:
         return "too big"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(case=sse_streams(), cap=st.integers(1, 40), data=st.data())
 def test_size_cap_does_not_depend_on_the_split(case: tuple[bytes, list[bytes]], cap: int, data: st.DataObject) -> None:
     stream, _ = case

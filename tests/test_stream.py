@@ -533,7 +533,17 @@ def facts(api: str, reads: list[bytes], learn: bool) -> tuple:
         t.close()
     except BadStream as e:
         error = str(e)
-    return (error, t.done, t.chunk_ns, t.chunk_tokens, t.text, t.finish_reason, t.completion_tokens, t.reconcile())
+    return (
+        error,
+        t.events,
+        t.done,
+        t.chunk_ns,
+        t.chunk_tokens,
+        t.text,
+        t.finish_reason,
+        t.completion_tokens,
+        t.reconcile(),
+    )
 
 
 @settings(max_examples=150, deadline=None)

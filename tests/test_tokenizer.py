@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +12,10 @@ from loadgen.errors import LoadgenError
 from loadgen.tokenizer import BUILTIN, WORDS, HFTokenizer, get_tokenizer
 from loadgen.workload import load_workload
 
-tokenizers = pytest.importorskip("tokenizers")
-
 
 def train(path: Path, kind: str) -> Path:
     """A tiny BPE tokenizer trained here, offline (ByteLevel like GPT/Llama-3, or Metaspace)."""
+    pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     g = np.random.default_rng(0)
@@ -85,6 +85,7 @@ tokens:
 
 
 def test_bad_tokenizer_paths_are_clear(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
     with pytest.raises(LoadgenError, match="no such tokenizer file"):
         HFTokenizer(tmp_path / "nope.json")
     (tmp_path / "junk.json").write_text("{}")
@@ -94,3 +95,10 @@ def test_bad_tokenizer_paths_are_clear(tmp_path: Path) -> None:
     spec.write_text("kind: chat\ninput: 5\noutput: 5\ntokens:\n  tokenizer: nope.json\n")
     with pytest.raises(LoadgenError, match=r"w\.yaml:5: tokens\.tokenizer: .*no such tokenizer file"):
         load_workload(str(spec))
+
+
+def test_hf_tokenizer_pickles(tmp_path: Path) -> None:
+    tok = HFTokenizer(train(tmp_path, "bytelevel"))
+    text = tok.words(33, np.random.default_rng(3))
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone.words(33, np.random.default_rng(3)) == text and clone.count(text) == 33

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from loadgen.errors import SpecError
@@ -206,6 +207,10 @@ def test_agentic_trace_sessions_children_and_think(tmp_path: Path) -> None:
     # the subagents' first requests are the same blocks: the same text, a shared prefix
     assert kids[0].turns[0].text == kids[1].turns[0].text
     assert s.turns[0].text != w.session(1).turns[0].text  # ids are local to each file
+    again = w.session(2)  # past the end: session 0 again, under a new prefix
+    assert again.turns[2].children[0].session == 2
+    assert again.turns[0].prompt_tokens == s.turns[0].prompt_tokens + PREFIX_TOKENS
+    assert again.turns[2].children[0].turns[0].text.endswith(kids[0].turns[0].text)
     stats = w.describe()
     assert (stats["sessions"], stats["subagents"], stats["context_shrinks"]) == (2, 4, 2)
     w = load_workload(spec(tmp_path, "agentic", "agents", "max_context: 100\n"))
@@ -232,3 +237,4 @@ def test_builtin_trace_specs_take_a_path_override(tmp_path: Path, monkeypatch: p
                        ("azure", "az.csv"), ("burstgpt", "b.csv")):
         w = load_workload(name, overrides={"path": path})
         assert w.session(0).turns and w.describe()["path"] == str(tmp_path / path)
+        orjson.dumps(w.describe())  # JSON-able for run.json, no numpy types

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -309,3 +310,12 @@ def test_unknown_names_and_missing_files(tmp_path: Path) -> None:
         load_workload("no-such-workload")
     with pytest.raises(SpecError, match="no such workload file"):
         load_workload(str(tmp_path / "missing.yaml"))
+
+
+def test_workloads_pickle_for_spawned_workers(tmp_path: Path) -> None:
+    for text in (CHAT, AGENTIC, RAG):
+        w = load_workload(str(write(tmp_path, text)), seed=3, salt="p")
+        before = session_bytes(w.session(4))
+        w.describe()
+        clone = pickle.loads(pickle.dumps(w))
+        assert session_bytes(clone.session(4)) == before

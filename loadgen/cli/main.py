@@ -10,7 +10,7 @@ from .. import __version__
 from ..errors import LoadgenError
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
-COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd")
+COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd", "sweep_cmd", "compare_cmd", "gate_cmd", "check_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:

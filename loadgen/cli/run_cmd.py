@@ -53,6 +53,8 @@ def add_timing_options(p: argparse.ArgumentParser) -> None:
                    help="after the last send (or Ctrl-C), wait this long for answers in flight")
     g.add_argument("--lag-limit-ms", type=float, default=10.0,
                    help="schedule lag p99 above this marks the result suspect")
+    g.add_argument("--workers", type=int, default=1,
+                   help="client processes sharing the schedule (more load than one core can time)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -142,7 +144,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         duration_s=args.duration, requests=args.requests, seed=args.seed, warmup_s=args.warmup,
         cooldown_s=args.cooldown, timeouts=timeouts(args), ignore_eos=args.ignore_eos,
         keep_text=args.keep_text, max_inflight=args.max_inflight, drain_s=args.drain,
-        lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args),
+        lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args), workers=args.workers,
     )
 
 
@@ -154,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
     workload = resolve_workload(args)
     api_key = api_key_from_env(args.api_key_env)
     out = Path(args.out) if args.out else Path("runs") / new_run_id()
-    view = LiveView(enabled=args.live, title=f"loadgen run: {settings.arrival}")
+    view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {settings.arrival}")
     with view:
         result = execute(settings, workload, out, api_key=api_key, sim_flags=sim_args(args),
                          on_engine=view.attach)

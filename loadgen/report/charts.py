@@ -22,6 +22,7 @@ from typing import Any, ParamSpec
 
 import matplotlib
 import numpy as np
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "cdf_chart",
     "timeseries_chart",
     "errors_chart",
+    "overlay_chart",
     "to_svg",
     "to_png",
 ]
@@ -69,8 +71,12 @@ def _styled(fn: Callable[P, Figure]) -> Callable[P, Figure]:
     return wrapper
 
 
-def _figure(w: float = 7.0, h: float = 4.0) -> Figure:
-    return Figure(figsize=(w, h), layout="constrained")
+def _figure(w: float = 9.0, h: float = 4.0, right: float = 2.3, bottom: float = 0.5) -> Figure:
+    """Fixed margins in inches (``right`` leaves room for the legend): constrained layout would
+    double the drawing time of every chart."""
+    fig = Figure(figsize=(w, h))
+    fig.subplots_adjust(left=0.75 / w, right=1 - right / w, bottom=bottom / h, top=1 - 0.3 / h, hspace=0.25)
+    return fig
 
 
 def to_svg(fig: Figure) -> str:
@@ -90,6 +96,26 @@ def to_png(fig: Figure, dpi: int = 120) -> bytes:
 
 def _axes(fig: Figure) -> Any:
     return fig.add_subplot()
+
+
+def _plain(v: float, _pos: int | None = None) -> str:
+    return f"{v:g}"
+
+
+def _log(ax: Any, axis: str = "y") -> None:
+    """Log scale with plain tick labels (math text is off, so the default 10^k labels would show raw)."""
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    a.set_major_formatter(ticker.FuncFormatter(_plain))
+    a.set_minor_formatter(ticker.NullFormatter())
+
+
+def _legend_right(ax: Any, handles: Any = None, labels: Any = None, x: float = 1.02) -> None:
+    """The legend beside the plot, where it cannot hide data (``x`` > 1.02 clears a right-hand axis)."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(x, 1.0), borderaxespad=0.0)
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -159,7 +185,7 @@ def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | N
     ax.set_ylabel(y_label)
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
-    ax.legend(loc="best")
+    _legend_right(ax)
     if title:
         ax.set_title(title)
     return fig
@@ -171,7 +197,7 @@ def goodput_chart(load: Sequence[float], offered: Sequence[float], completed: Se
                   attainment: Sequence[float | None], attainment_ci: Sequence[tuple[float, float] | None],
                   *, load_label: str, target_pct: float | None, capacity: float | None) -> Figure:
     """Completed and good requests/s against load, with SLO attainment % on the right axis."""
-    fig = _figure()
+    fig = _figure(right=2.8)
     ax = _axes(fig)
     order = np.argsort(np.asarray(load, dtype=float))
     x = np.asarray(load, dtype=float)[order]
@@ -198,9 +224,9 @@ def goodput_chart(load: Sequence[float], offered: Sequence[float], completed: Se
         ax2.spines["right"].set_visible(True)
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, loc="upper left")
+        _legend_right(ax2, h1 + h2, l1 + l2, x=1.12)
     else:
-        ax.legend(loc="upper left")
+        _legend_right(ax)
     if capacity is not None:
         ax.axvline(capacity, color="#444", lw=1, ls="-.")
         ax.annotate(f"capacity at SLO {capacity:g}", (capacity, 0), textcoords="offset points", xytext=(3, 3),
@@ -237,10 +263,10 @@ def latency_chart(load: Sequence[float], metrics: dict[str, tuple[list[float], l
     for name, b in (bounds or {}).items():
         ax.axhline(b, ls="--", lw=1, color="#444")
         ax.annotate(f"{name} bound {b:g} ms", (x.min(), b), textcoords="offset points", xytext=(2, 2), fontsize=7)
-    ax.set_yscale("log")
+    _log(ax)
     ax.set_xlabel(load_label)
     ax.set_ylabel("ms (log scale)")
-    ax.legend(loc="upper left", ncol=2)
+    _legend_right(ax)
     return fig
 
 
@@ -258,7 +284,7 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @_styled
 def cdf_chart(samples: dict[str, np.ndarray], *, x_label: str, bound: float | None = None) -> Figure:
     """One empirical CDF per load point (log x), so tails can be compared across load."""
-    fig = _figure(7.0, 3.6)
+    fig = _figure(h=3.6)
     ax = _axes(fig)
     drawn = False
     for i, (name, vals) in enumerate(samples.items()):
@@ -274,18 +300,18 @@ def cdf_chart(samples: dict[str, np.ndarray], *, x_label: str, bound: float | No
         return fig
     if bound is not None:
         ax.axvline(bound, ls="--", lw=1, color="#444", label=f"SLO bound {bound:g} ms")
-    ax.set_xscale("log")
+    _log(ax, "x")
     ax.set_ylim(0, 1.01)
     ax.set_xlabel(x_label)
     ax.set_ylabel("fraction <= x")
-    ax.legend(loc="lower right", fontsize=7)
+    _legend_right(ax)
     return fig
 
 
 @_styled
 def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float, str]] = ()) -> Figure:
     """The run over time: output tok/s and in-flight; TTFT/ITL p50 and p99; errors. Point starts are marked."""
-    fig = _figure(7.0, 6.0)
+    fig = _figure(h=6.0, right=2.8)
     axes = fig.subplots(3, 1, sharex=True)
     if not rows:
         _empty(axes[0], "no records")
@@ -306,22 +332,21 @@ def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float,
     tw.spines["right"].set_visible(True)
     h1, l1 = a0.get_legend_handles_labels()
     h2, l2 = tw.get_legend_handles_labels()
-    a0.legend(h1 + h2, l1 + l2, loc="upper left")
+    _legend_right(tw, h1 + h2, l1 + l2, x=1.12)
     a1 = axes[1]
     for i, k in enumerate(("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")):
         v = col(k)
         if np.isfinite(v).any():
             a1.plot(t, v, lw=1, color=COLORS[i], label=k.replace("_ms", "").replace("_", " "))
-    a1.set_yscale("log")
+    _log(a1)
     a1.set_ylabel("ms (log)")
-    if a1.get_legend_handles_labels()[0]:
-        a1.legend(loc="upper left", ncol=4)
+    _legend_right(a1)
     a2 = axes[2]
     a2.bar(t, col("errors"), width=(t[1] - t[0]) if t.size > 1 else 1.0, color=COLORS[1], label="errors")
     a2.plot(t, col("completed"), color=COLORS[2], lw=1, label="completed ok")
     a2.set_ylabel("requests / interval")
     a2.set_xlabel("seconds since the first scheduled request")
-    a2.legend(loc="upper left")
+    _legend_right(a2)
     for ax in axes:
         for x0, _ in marks:
             ax.axvline(x0, color="#999", lw=0.6, ls=":")
@@ -334,9 +359,9 @@ def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float,
 @_styled
 def errors_chart(labels: Sequence[str], by_status: Sequence[dict[str, int]]) -> Figure:
     """Failed requests per point, stacked by status (ok excluded)."""
-    fig = _figure(7.0, 3.2)
-    ax = _axes(fig)
     statuses = sorted({k for d in by_status for k, v in d.items() if v and k != "ok"})
+    fig = _figure(h=3.4 if statuses else 1.0, bottom=0.9 if statuses else 0.1)
+    ax = _axes(fig)
     if not statuses:
         _empty(ax, "no failed or cancelled requests")
         return fig
@@ -348,5 +373,39 @@ def errors_chart(labels: Sequence[str], by_status: Sequence[dict[str, int]]) -> 
         bottom += v
     ax.set_xticks(x, list(labels), rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("requests in the window")
-    ax.legend(loc="upper left")
+    _legend_right(ax)
+    return fig
+
+
+@_styled
+def overlay_chart(series: dict[str, tuple[list[float], list[float], list[tuple[float, float]]]], *,
+                  x_label: str, y_label: str, log_y: bool = False) -> Figure:
+    """One line per run (x, y and a 95% band) on shared axes: a comparison at matched load."""
+    fig = _figure()
+    ax = _axes(fig)
+    drawn = False
+    for i, (name, (xs, ys, cis)) in enumerate(series.items()):
+        x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+        ok = _finite(x, y)
+        if not ok.any():
+            continue
+        drawn = True
+        order = np.argsort(x[ok])
+        c = COLORS[i % len(COLORS)]
+        ax.plot(x[ok][order], y[ok][order], "-o", ms=3, color=c, label=name)
+        if cis and len(cis) == len(ys):
+            lo = np.array([v[0] for v in cis], dtype=float)[ok][order]
+            hi = np.array([v[1] for v in cis], dtype=float)[ok][order]
+            hi = np.where(np.isfinite(hi), hi, np.nan)
+            ax.fill_between(x[ok][order], np.where(np.isfinite(lo), lo, np.nan), hi, color=c, alpha=0.12, lw=0)
+    if not drawn:
+        _empty(ax, "nothing to compare")
+        return fig
+    if log_y:
+        _log(ax)
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    _legend_right(ax)
     return fig

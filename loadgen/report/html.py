@@ -196,9 +196,8 @@ def _overview(a: RunAnalysis) -> str:
     if a.slo is not None:
         c = a.capacity
         if c is not None and c.rate is not None:
-            bracket = f"confirmed pass up to {fmt(c.lower)}, confirmed miss from {fmt(c.upper)} req/s"
             cards.append(_card(f"capacity at SLO ({a.target_pct:g}% attainment)", f"{esc(fmt(c.rate))} req/s",
-                               esc(f"{bracket}; {c.note}")))
+                               esc(f"{bracket_text(c.lower, c.upper)}. {c.note}")))
             at = a.point_at(c.rate)
             if at is not None:
                 cards.append(_card("goodput at capacity", fmt_ci(at.summary.goodput_rps, at.goodput_ci) + " req/s",
@@ -210,19 +209,26 @@ def _overview(a: RunAnalysis) -> str:
     elif best is not None:
         for name, cost in best.costs.items():
             cards.append(_card(f"$/M output tokens at peak ({name})", esc(fmt(cost))))
-    sat = a.saturation or ("not reached" if a.is_sweep else "")
-    if sat:
-        cards.append(_card("saturation", "reached" if a.saturation else "not reached", esc(sat)))
-    front = ", ".join(a.points[i].label for i in a.frontier)
+    if a.saturation or a.is_sweep:
+        cards.append(_card("saturation", "reached" if a.saturation else "not reached",
+                           esc(a.saturation or a.search_end or "no point fell behind the offered load")))
+    front = ", ".join(a.points[i].short_label for i in a.frontier)
     text = (f"<p>Pareto frontier (non-dominated points, ★ in the table): {esc(front) or 'none'}.</p>"
             if a.is_sweep else "")
     return f'<section id="overview"><h2>Overview</h2><div class="cards">{"".join(cards)}</div>{text}</section>'
 
 
+def bracket_text(lower: float, upper: float) -> str:
+    """Capacity's confidence bracket in words."""
+    lo = f"confirmed to meet it at {fmt(lower)} req/s" if lower > 0 else "no rate confirmed to meet it"
+    hi = f"confirmed to miss it at {fmt(upper)} req/s" if math.isfinite(upper) else "no rate confirmed to miss it"
+    return f"{lo}; {hi}"
+
+
 def _warnings(a: RunAnalysis) -> str:
     items = [esc(w) for w in a.warnings]
     for p in a.points:
-        items += [f"{esc(p.label)}: {esc(w)}" for w in p.warnings]
+        items += [f"{esc(p.short_label)}: {esc(w)}" for w in p.warnings]
     if not items:
         return ('<section id="warnings"><h2>Validity</h2><ul class="warnings none"><li>no validity warnings: '
                 "the client kept up, samples suffice, token counts agree</li></ul></section>")
@@ -242,7 +248,7 @@ def _points_table(a: RunAnalysis) -> str:
     rows = []
     for p in a.points:
         s = p.summary
-        cells = [str(p.index), esc(p.label), esc(p.phase), esc(fmt(s.offered_rps)), esc(fmt(s.sent_rps)),
+        cells = [str(p.index), esc(p.short_label), esc(p.phase), esc(fmt(s.offered_rps)), esc(fmt(s.sent_rps)),
                  esc(fmt(s.completed_rps)), fmt_ci(s.output_tps, p.output_tps_ci)]
         cells += [fmt_ci(p.y, p.y_ci)] if gpu else []
         cells += [esc(fmt(s.total_tps)), esc(fmt(p.x)), esc(fmt(p.per_user_p90)), _pct(s.ttft, 50),
@@ -259,8 +265,10 @@ def _points_table(a: RunAnalysis) -> str:
             f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells)) + "</tr>")
     th = "".join(f'<th class="l">{esc(h)}</th>' if i in (1, 2) else f"<th>{esc(h)}</th>" for i, h in enumerate(head))
     window = esc(a.points[0].summary.window.how) if a.points else ""
+    kinds = sorted({p.label.split(" @ ")[0] for p in a.points if p.rate is not None})
+    arrival = f" Arrivals: {esc(', '.join(kinds))}." if kinds else ""
     return (f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
-            f"measurement window ({window}); ★ marks the Pareto frontier.</p>"
+            f"measurement window ({window}); ★ marks the Pareto frontier.{arrival}</p>"
             f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
             "</section>")
 
@@ -270,7 +278,7 @@ def _points_table(a: RunAnalysis) -> str:
 
 def _pareto(a: RunAnalysis) -> Any:
     s = charts.Series("run", [p.x for p in a.points], [p.y for p in a.points], a.frontier,
-                      [p.label.replace(" req/s", "").replace("poisson @ ", "") for p in a.points],
+                      [p.short_label.replace(" req/s", "") for p in a.points],
                       [p.y_ci for p in a.points])
     tpot = a.slo.tpot_ms if a.slo is not None else None
     return charts.pareto_chart([s], y_label="output tok/s per GPU" if a.gpus else "output tok/s (aggregate)",
@@ -325,7 +333,7 @@ def _cdf(a: RunAnalysis, which: str) -> Any:
     samples = {}
     for p in _cdf_points(a):
         sub = a.table.filter(pc.equal(a.table.column("point"), p.index)) if a.is_sweep else a.table
-        samples[p.label or f"point {p.index}"] = latency_samples(sub, p.summary.window)[which]
+        samples[p.short_label or f"point {p.index}"] = latency_samples(sub, p.summary.window)[which]
     bound = None
     if a.slo is not None:
         bound = a.slo.ttft_ms if which == "ttft" else a.slo.tpot_ms
@@ -350,7 +358,7 @@ def _timeseries(a: RunAnalysis) -> Any:
 
 
 def _errors(a: RunAnalysis) -> Any:
-    return charts.errors_chart([p.label for p in a.points], [p.summary.by_status for p in a.points])
+    return charts.errors_chart([p.short_label for p in a.points], [p.summary.by_status for p in a.points])
 
 
 # --------------------------------------------------------------------------- text sections
@@ -365,7 +373,7 @@ def _error_detail(a: RunAnalysis) -> str:
         http = ", ".join(f"HTTP {k}: {v}" for k, v in s.errors_by_http.items())
         status = ", ".join(f"{k}: {v}" for k, v in s.errors_by_status.items())
         ex = "".join(f'<pre class="err">{esc(e)}</pre>' for e in s.error_examples)
-        blocks.append(f"<h3>{esc(p.label)}</h3><p>{esc(status)}{' · ' + esc(http) if http else ''}</p>{ex}")
+        blocks.append(f"<h3>{esc(p.short_label)}</h3><p>{esc(status)}{' · ' + esc(http) if http else ''}</p>{ex}")
     body = "".join(blocks) or "<p>No request failed.</p>"
     return f'<section id="error-detail"><h2>Errors</h2>{body}</section>'
 

@@ -9,6 +9,7 @@ re-rendered later from the records.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats as _sps
 
-from ..metrics import SLO, Summary, Window, choose_window, summarize, validity_warnings
+from ..metrics import SLO, MetricsError, Summary, Window, choose_window, summarize, validity_warnings
 from ..pareto import cost_per_million, frontier, per_gpu
 from ..records import read_records
 from ..runner import read_run_meta
@@ -26,9 +27,10 @@ from ..sweep import AutoSearch, Capacity, attainment_interval, capacity_at_slo, 
 from .summary import client_warnings
 
 __all__ = ["PointFigures", "RunAnalysis", "analyze_run", "latency_samples", "rate_ci", "slo_from_json",
-           "slo_to_json"]
+           "slo_to_json", "compact_warnings", "point_window"]
 
 _BATCHES = 8  # batch means for the throughput interval
+_FEW = re.compile(r"^only (\d+) (\S+) samples: a p99 with a bounded (\S+) interval needs at least (\d+)$")
 
 
 @dataclass
@@ -70,6 +72,15 @@ class PointFigures:
         return (per_gpu(self.output_tps_ci[0], self.gpus), per_gpu(self.output_tps_ci[1], self.gpus))
 
     @property
+    def short_label(self) -> str:
+        """The load alone ("8 req/s", "16 users"); the arrival kind is the same for the whole sweep."""
+        if self.rate is not None:
+            return f"{self.rate:g} req/s"
+        if self.concurrency is not None:
+            return f"{self.concurrency} users"
+        return self.label
+
+    @property
     def load(self) -> float:
         """The load axis: target rate, else concurrency, else the measured offered rate."""
         if self.rate is not None:
@@ -95,6 +106,7 @@ class RunAnalysis:
     warnings: list[str]
     table: pa.Table
     point_salt: bool | None
+    search_end: str | None = None
 
     @property
     def is_sweep(self) -> bool:
@@ -178,6 +190,15 @@ def latency_samples(table: pa.Table, w: Window) -> dict[str, np.ndarray]:
     return {"ttft": np.sort(ttft), "itl": np.sort(np.concatenate(itl)) if itl else np.zeros(0)}
 
 
+def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0) -> tuple[Window, str | None]:
+    """The point's measurement window; when warm-up leaves none (too few requests), the whole
+    span, with a warning, rather than no figures at all."""
+    try:
+        return choose_window(table, warmup_s=warmup_s, cooldown_s=cooldown_s), None
+    except MetricsError as e:
+        return choose_window(table), f"{e}; measured the whole point, warm-up included"
+
+
 def _point_meta(meta: dict[str, Any], table: pa.Table) -> list[dict[str, Any]]:
     if "points" in meta:
         return list(meta["points"])
@@ -224,18 +245,23 @@ def analyze_run(
         capacity = capacity_at_slo([(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts
                                     if p.rate is not None], target)
     warnings = client_warnings(meta)
+    sim = meta.get("simulator") or {}
+    if sim.get("late_steps"):
+        warnings.append(f"the built-in simulator fell behind its own model on {int(sim['late_steps'])} steps "
+                        f"(up to {float(sim.get('max_lateness_ms', 0.0)):.0f} ms late): the host was too busy, "
+                        "so simulated latencies are inflated")
     if sw and not sw.get("point_salt", True):
         warnings.append("per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
                         "from one load point into the next, which flatters later points")
     return RunAnalysis(run_dir, meta, points, front, slo, slo_name, target, gpus, prices, capacity,
-                       _saturation(open_pts), warnings, table, sw.get("point_salt") if sw else None)
+                       _saturation(open_pts), warnings, table, sw.get("point_salt") if sw else None,
+                       sw.get("search_end"))
 
 
 def _figures(k: int, pm: dict[str, Any], table: pa.Table, slo: SLO | None, gpus: float | None,
              prices: dict[str, float], lag_limit_ms: float) -> PointFigures:
     arr = pm.get("arrival", {})
-    window = choose_window(table, warmup_s=float(pm.get("warmup_s", 0.0)),
-                           cooldown_s=float(pm.get("cooldown_s", 0.0))) if table.num_rows else None
+    window, problem = point_window(table, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))
     s = summarize(table, window, slo)
     att = gp = None
     if slo is not None and s.slo_met is not None:
@@ -244,6 +270,7 @@ def _figures(k: int, pm: dict[str, Any], table: pa.Table, slo: SLO | None, gpus:
         gp = rate_ci(good, s.window_s)
     costs = {name: cost_per_million(s.output_tps, price, gpus or 1.0) for name, price in prices.items()}
     warns = validity_warnings(s, lag_p99_limit_ms=lag_limit_ms) if s.requests else ["no requests in the window"]
+    warns = compact_warnings(warns) + ([problem] if problem else [])
     return PointFigures(
         index=k, label=str(arr.get("label", "")), phase=str(pm.get("phase", "")),
         rate=arr.get("rate") if arr.get("kind") != "closed" else None,
@@ -251,6 +278,17 @@ def _figures(k: int, pm: dict[str, Any], table: pa.Table, slo: SLO | None, gpus:
         summary=s, output_tps_ci=_throughput_ci(table, s.window), gpus=gpus, attainment_ci=att,
         goodput_ci=gp, costs=costs, warnings=warns,
     )
+
+
+def compact_warnings(warnings: list[str]) -> list[str]:
+    """Fold the per-metric "only N samples" lines of one point into one line; others pass unchanged."""
+    few = [m for w in warnings if (m := _FEW.match(w))]
+    if len(few) < 2:
+        return list(warnings)
+    rest = [w for w in warnings if not _FEW.match(w)]
+    counts = ", ".join(f"{m.group(1)} {m.group(2)}" for m in few)
+    need = max(int(m.group(4)) for m in few)
+    return [f"only {counts} samples: a p99 with a bounded {few[0].group(3)} interval needs at least {need}", *rest]
 
 
 def _saturation(points: list[PointFigures]) -> str | None:

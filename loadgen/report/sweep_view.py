@@ -28,11 +28,11 @@ __all__ = ["SweepReport", "render_sweep", "point_columns", "point_cells", "front
 
 
 def point_columns(gpus: float | None, prices: dict[str, float], slo: SLO | None) -> list[str]:
-    cols = ["#", "load", "offered", "done/s", "out tok/s"]
+    cols = ["#", "load", "offered/s", "done/s", "out tok/s"]
     cols += ["/GPU"] if gpus else []
-    cols += ["user tok/s p50", "p90", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99"]
+    cols += ["user tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p99"]
     cols += ["goodput/s", "SLO %"] if slo else []
-    cols += ["lag p99", "errors"] + [f"$/M {n}" for n in prices]
+    cols += ["errors"] + [f"$/M {n}" for n in prices]
     return cols
 
 
@@ -42,15 +42,14 @@ def _p(d: Any, p: float) -> str:
 
 def point_cells(index: int, label: str, s: Summary, gpus: float | None, prices: dict[str, float],
                 slo: SLO | None, frontier: bool = False) -> list[str]:
-    """One table row of a point, in the order of ``point_columns`` (ms for latencies)."""
-    cells = [f"{index}{' *' if frontier else ''}", label.replace(" req/s", ""), fmt(s.offered_rps),
-             fmt(s.completed_rps), fmt(s.output_tps)]
+    """One terminal row of a point, in the order of ``point_columns`` (ms for latencies; the
+    HTML report has every percentile with its interval)."""
+    cells = [f"{index}{' *' if frontier else ''}", label, fmt(s.offered_rps), fmt(s.completed_rps),
+             fmt(s.output_tps)]
     cells += [fmt(per_gpu(s.output_tps, gpus))] if gpus else []
-    cells += [_p(s.per_user_tps, 50), _p(s.per_user_tps, 90), _p(s.ttft, 50), _p(s.ttft, 99), _p(s.tpot, 50),
-              _p(s.itl, 99), _p(s.e2e, 99)]
+    cells += [_p(s.per_user_tps, 50), _p(s.ttft, 50), _p(s.ttft, 99), _p(s.tpot, 50), _p(s.e2e, 99)]
     cells += [fmt(s.goodput_rps), fmt(s.slo_attainment_pct)] if slo else []
-    errors = s.failed + s.cancelled
-    cells += [_p(s.schedule_lag, 99), str(errors) if errors else "0"]
+    cells += [str(s.failed + s.cancelled)]
     cells += [fmt(cost_per_million(s.output_tps, price, gpus or 1.0)) for price in prices.values()]
     return cells
 
@@ -60,7 +59,7 @@ def points_table(a: RunAnalysis, title: str = "load points (* = Pareto frontier;
     for c in point_columns(a.gpus, a.prices, a.slo):
         t.add_column(c, justify="left" if c == "load" else "right")
     for p in a.points:
-        t.add_row(*point_cells(p.index, p.label, p.summary, a.gpus, a.prices, a.slo, p.on_frontier))
+        t.add_row(*point_cells(p.index, p.short_label, p.summary, a.gpus, a.prices, a.slo, p.on_frontier))
     return t
 
 
@@ -72,7 +71,7 @@ def frontier_table(a: RunAnalysis) -> Table:
     for i in a.frontier:
         p = a.points[i]
         lo, hi = p.y_ci
-        t.add_row(str(p.index), p.label, fmt(p.x), fmt(p.y), f"[{fmt(lo)}, {fmt(hi)}]",
+        t.add_row(str(p.index), p.short_label, fmt(p.x), fmt(p.y), f"[{fmt(lo)}, {fmt(hi)}]",
                   *[fmt(p.costs[n]) for n in a.prices])
     return t
 
@@ -89,14 +88,15 @@ class SweepReport:
         console.print(frontier_table(a))
         for line in headline(a):
             console.print(line)
-        for w in a.warnings + [f"{p.label}: {w}" for p in a.points for w in p.warnings]:
+        for w in a.warnings + [f"{p.short_label}: {w}" for p in a.points for w in p.warnings]:
             console.print(Text("warning: " + w, style="yellow"))
         console.print(f"report: {self.html}")
 
 
 def headline(a: RunAnalysis) -> list[str]:
     """The sweep's answer in a few lines: saturation, capacity at SLO, cost there."""
-    out = [f"saturation: {a.saturation}" if a.saturation else "saturation: not reached in this sweep"]
+    out = [f"saturation: {a.saturation}" if a.saturation else
+           f"saturation: not reached ({a.search_end or 'no point fell behind the offered load'})"]
     if a.slo is not None:
         c = a.capacity
         if c is None or c.rate is None:

@@ -1,0 +1,249 @@
+"""``loadgen sweep``: load points (listed or searched) into one run folder, its Pareto curve and report.
+
+With no endpoint it sweeps the built-in simulator; with no load option it runs
+the automatic search (``--auto``), so a bare ``loadgen sweep`` draws a real curve
+in about a minute and a half. The plan (points and time) is printed before
+anything is sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ..engine import Engine
+from ..errors import ConfigError, LoadgenError
+from ..metrics import SLO
+from ..pareto import parse_prices
+from ..runner import RunSettings, api_key_from_env, new_run_id
+from ..schedule import Arrival, ScheduleError, parse_arrival
+from ..sweep import AutoSearch, SweepPlan, parse_list
+from ..sweeper import PointResult, SweepSettings, run_sweep
+from .live import LiveView
+from .run_cmd import (
+    add_target_options,
+    add_timing_options,
+    add_traffic_options,
+    resolve_endpoint,
+    resolve_extra,
+    resolve_workload,
+    timeouts,
+)
+from .sim_cmd import add_sim_options, sim_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="sweep load points; Pareto frontier, goodput, capacity at SLO, report.html",
+                       description="Send a series of load points (or search for saturation and capacity at SLO) "
+                                   "and draw the throughput-vs-interactivity Pareto curve.")
+    add_target_options(p)
+    g = p.add_argument_group("load points")
+    m = g.add_mutually_exclusive_group()
+    m.add_argument("--rates", default=None, metavar="LIST",
+                   help="offered rates in req/s (open loop): 1,2,4,8 or 1:64:x2 or 5:50:+5")
+    m.add_argument("--concurrency", default=None, metavar="LIST", help="closed-loop concurrencies: 1,4,16,64")
+    m.add_argument("--auto", action="store_true",
+                   help="search: ramp to saturation, spread points below it, bisect for capacity at SLO (default)")
+    g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV for rate points")
+    g.add_argument("--point-duration", type=float, default=6.0, metavar="S", help="measured seconds per point")
+    g.add_argument("--warmup", type=float, default=2.0, metavar="S", help="seconds sent before each window")
+    g.add_argument("--start-rate", type=float, default=2.0, help="--auto: first (light) rate, req/s")
+    g.add_argument("--max-rate", type=float, default=256.0, help="--auto: never offer more than this, req/s")
+    g.add_argument("--no-point-salt", dest="point_salt", action="store_false",
+                   help="reuse the same prompts at every point (prefix caches then carry over; not recommended)")
+    g.add_argument("--salt", default="", help="extra prompt salt for the whole sweep (cold caches on a rerun)")
+    j = p.add_argument_group("judging")
+    j.add_argument("--slo", default=None, metavar="PROFILE",
+                   help="SLO profile (conformance name or YAML file) or inline ttft=200,tpot=30,e2e=2000 (ms)")
+    j.add_argument("--slo-target", type=float, default=None, metavar="PCT",
+                   help="SLO attainment that counts as meeting it (default: the profile's, else 99)")
+    j.add_argument("--gpus", type=float, default=None, help="GPUs behind the endpoint (per-GPU throughput)")
+    j.add_argument("--price-per-gpu-hour", nargs="+", action="extend", default=None, metavar="P",
+                   help="price(s) per GPU-hour, optionally labelled: 2.49 or spot=1.2 (gives $/M output tokens)")
+    add_traffic_options(p)
+    add_timing_options(p)
+    p.set_defaults(drain=15.0)  # a sweep moves on: answers still running 15 s after a point are cancelled
+    p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
+    p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
+    p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
+    add_sim_options(p)
+    gate = _gate_module()
+    if gate is not None:
+        gate.add_gate_options(p)
+    p.set_defaults(func=main)
+
+
+def _gate_module() -> Any:
+    """loadgen.gate when present (it is optional to this command)."""
+    try:
+        module = importlib.import_module("loadgen.gate")
+    except ModuleNotFoundError as e:
+        if e.name == "loadgen.gate":
+            return None
+        raise
+    return module if hasattr(module, "add_gate_options") and hasattr(module, "gate_after_run") else None
+
+
+# --------------------------------------------------------------------------- options
+
+
+def resolve_slo(text: str | None) -> tuple[SLO | None, str, float | None]:
+    """(per-request SLO, its name, the profile's attainment target if it states one)."""
+    if not text:
+        return None, "", None
+    if "=" in text and not Path(text).exists():
+        return _inline_slo(text), text, None
+    from ..slo import load_profile
+
+    profile = load_profile(text)
+    if profile.slo is None:
+        raise ConfigError(f"--slo {text}: the profile has no `slo:` block of per-request bounds "
+                          "(ttft_ms/tpot_ms/e2e_ms), which goodput and capacity at SLO need")
+    target = next((c.bound for c in profile.criteria if c.metric == "attainment"), None)
+    return profile.slo, profile.name, target
+
+
+def _inline_slo(text: str) -> SLO:
+    keys = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        k = k.strip().lower().removesuffix("_ms")
+        if k not in keys:
+            raise ConfigError(f"--slo {text!r}: {k!r} is not one of ttft, tpot, e2e (bounds in ms)")
+        try:
+            values[keys[k]] = float(v.strip().removesuffix("ms"))
+        except ValueError:
+            raise ConfigError(f"--slo {text!r}: {v!r} is not a number of milliseconds") from None
+    try:
+        return SLO(**values)
+    except ValueError as e:
+        raise ConfigError(f"--slo {text!r}: {e}") from None
+
+
+def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
+    try:
+        if args.concurrency:
+            values = parse_list(args.concurrency, "--concurrency", integer=True)
+            return "concurrency", tuple(parse_arrival("closed", concurrency=int(v)) for v in values)
+        if args.rates:
+            values = parse_list(args.rates, "--rates")
+            return "rates", tuple(parse_arrival(args.arrival, rate=v) for v in values)
+        parse_arrival(args.arrival, rate=1.0)  # validate the kind before the search starts
+    except ScheduleError as e:
+        raise ConfigError(str(e)) from None
+    return "auto", ()
+
+
+def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+    mode, arrivals = _arrivals(args)
+    slo, slo_name, profile_target = resolve_slo(args.slo)
+    target = args.slo_target if args.slo_target is not None else (profile_target or 99.0)
+    kind = parse_arrival(args.arrival, rate=1.0)
+    auto = AutoSearch(start_rate=args.start_rate, max_rate=args.max_rate, target_pct=target)
+    plan = SweepPlan(mode=mode, arrivals=arrivals, point_duration_s=args.point_duration, warmup_s=args.warmup,
+                     drain_s=args.drain, auto=auto, has_slo=slo is not None, kind=kind.kind, cv=kind.cv)
+    base = RunSettings(
+        endpoint=resolve_endpoint(args), model=args.model, api=args.api, duration_s=args.point_duration + args.warmup,
+        seed=args.seed, warmup_s=args.warmup, timeouts=timeouts(args), ignore_eos=args.ignore_eos,
+        keep_text=args.keep_text, max_inflight=args.max_inflight, drain_s=args.drain,
+        lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args),
+    )
+    return SweepSettings(base=base, plan=plan, slo=slo, slo_name=slo_name, gpus=args.gpus,
+                         prices=parse_prices(args.price_per_gpu_hour), point_salt=args.point_salt, salt=args.salt)
+
+
+# --------------------------------------------------------------------------- the live view
+
+
+class SweepView:
+    """A table that grows a row per finished point, above the live counters of the point running."""
+
+    def __init__(self, settings: SweepSettings, enabled: bool, console: Console | None = None) -> None:
+        from ..report.sweep_view import point_columns
+
+        self.console = console or Console(stderr=True)
+        self.settings = settings
+        self.columns = point_columns(settings.gpus, settings.prices, settings.slo)
+        self.rows: list[list[str]] = []
+        self.live_view = LiveView(enabled=False, console=self.console, title="current point")
+        self.enabled = enabled and self.console.is_terminal
+        self._live: Live | None = None
+
+    def table(self) -> Table:
+        t = Table(title="load points (latencies in ms)", show_edge=False)
+        for c in self.columns:
+            t.add_column(c, justify="left" if c == "load" else "right")
+        for r in self.rows:
+            t.add_row(*r)
+        return t
+
+    def __rich__(self) -> Group:
+        return Group(self.table(), self.live_view) if self.live_view.engines else Group(self.table())
+
+    def attach(self, engine: Engine) -> None:
+        self.live_view.attach(engine)
+
+    def on_point(self, point: PointResult) -> None:
+        from ..report.sweep_view import point_cells
+
+        s = self.settings
+        a = point.step.arrival
+        label = f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
+        row = point_cells(point.index, label, point.summary, s.gpus, s.prices, s.slo)
+        self.rows.append(row)
+        self.live_view.engines = []
+        if not self.enabled:
+            self.console.print("point " + "  ".join(f"{c}={v}" for c, v in zip(self.columns, row, strict=True)
+                                                    if c != "#"), highlight=False)
+
+    def __enter__(self) -> SweepView:
+        if self.enabled:
+            self._live = Live(self, console=self.console, refresh_per_second=2)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..report.sweep_view import render_sweep
+
+    settings = settings_from_args(args)
+    api_key = api_key_from_env(args.api_key_env)
+    out = Path(args.out) if args.out else Path("runs") / new_run_id()
+    console = Console(stderr=True)
+    target = settings.base.endpoint or "the built-in simulator"
+    console.print(Text(f"loadgen sweep -> {target}; {settings.plan.describe()}", style="bold"), highlight=False)
+    if settings.slo is None and settings.plan.mode == "auto":
+        console.print("(no --slo: the search stops after saturation; give --slo PROFILE for capacity at SLO)",
+                      style="dim", highlight=False)
+    view = SweepView(settings, enabled=args.live, console=console)
+    with view:
+        result = run_sweep(settings, lambda salt: resolve_workload(args, salt=salt), out, api_key=api_key,
+                           sim_flags=sim_args(args), on_point=view.on_point, on_engine=view.attach)
+    if not result.points:
+        raise LoadgenError("the sweep was stopped before its first point finished")
+    report = render_sweep(out)
+    report.print(Console(width=None if sys.stdout.isatty() else 160))
+    gate = _gate_module()
+    code = 0
+    if gate is not None and getattr(args, "gate", None):
+        code = int(gate.gate_after_run(out, args) or 0)
+    if result.interrupted:
+        print("interrupted: the sweep stopped; every finished point is in the run folder")
+        return 130
+    return code

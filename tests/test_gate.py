@@ -1,0 +1,391 @@
+"""The SLO gate: verdict arithmetic, run folders, baselines, sweeps, exit codes and CI outputs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loadgen.ci_outputs import md_escape, to_junit, to_markdown
+from loadgen.cli.gate_cmd import add_gate_options, gate_after_run
+from loadgen.cli.main import main as cli_main
+from loadgen.errors import ConfigError
+from loadgen.gate import (
+    batch_rate,
+    compare,
+    exit_code,
+    gate_run,
+    mean_bounds,
+    parse_tolerance,
+    percentile,
+    proportion,
+    verdict,
+)
+from loadgen.metrics import Window
+from loadgen.records import Record, to_batch
+from loadgen.slo import load_profile
+
+MS = 1_000_000
+T0 = 10_000_000_000
+
+
+# --------------------------------------------------------------------------- verdict arithmetic
+
+
+def _pct_case(n: int, over: int, p: float, conf: float, bound: float = 100.0) -> tuple[str, int | None]:
+    x = np.sort(np.r_[np.linspace(10, 90, n - over), np.full(over, 150.0)])
+    m = percentile(x, p, conf, bound, "<=")
+    return verdict(m, "<=", bound), m.needed
+
+
+@pytest.mark.parametrize(
+    ("n", "over", "p", "conf", "status", "needed"),
+    [
+        (459, 0, 99, 0.99, "pass", 459),  # MLPerf early stopping: no miss
+        (458, 0, 99, 0.99, "inconclusive", 459),
+        (662, 1, 99, 0.99, "pass", 662),  # one miss
+        (661, 1, 99, 0.99, "inconclusive", 662),
+        (838, 2, 99, 0.99, "pass", 838),  # two misses
+        (837, 2, 99, 0.99, "inconclusive", 838),
+        (44, 0, 90, 0.99, "pass", 44),  # p90
+        (43, 0, 90, 0.99, "inconclusive", 44),
+        (299, 0, 99, 0.95, "pass", 299),  # the default confidence
+        (100, 0, 99, 0.95, "inconclusive", 299),
+        (100, 20, 99, 0.95, "fail", None),  # clearly over: 20 % of samples above a p99 bound
+        (30, 13, 50, 0.95, "inconclusive", None),
+        (30, 25, 50, 0.95, "fail", None),
+    ],
+)
+def test_percentile_verdicts(n: int, over: int, p: float, conf: float, status: str, needed: int | None) -> None:
+    got, got_needed = _pct_case(n, over, p, conf)
+    assert got == status
+    if needed is not None:
+        assert got_needed == needed
+
+
+def test_percentile_lower_bound_direction() -> None:
+    """A '>=' bound (per-user tok/s p10 >= 30) mirrors the rule: 44 samples at p10 / 99 %."""
+    for n, status in ((44, "pass"), (43, "inconclusive")):
+        x = np.sort(np.linspace(40, 80, n))
+        m = percentile(x, 10, 0.99, 30.0, ">=")
+        assert verdict(m, ">=", 30.0) == status and m.needed == 44
+    x = np.sort(np.linspace(5, 25, 100))
+    assert verdict(percentile(x, 10, 0.95, 30.0, ">="), ">=", 30.0) == "fail"
+
+
+def test_clustered_percentile_is_wider() -> None:
+    rng = np.random.default_rng(1)
+    x = np.sort(rng.exponential(10, 5000))
+    plain = percentile(x, 99, 0.95, 100, "<=")
+    clustered = percentile(x, 99, 0.95, 100, "<=", n_eff=100)
+    assert clustered.value == plain.value
+    assert clustered.hi == np.inf > plain.hi  # 100 requests cannot bound a p99
+    assert clustered.lo <= plain.lo and clustered.n_eff == 100
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "share", "status", "needed"),
+    [(299, 299, 0.99, "pass", 299), (298, 298, 0.99, "inconclusive", 299), (290, 300, 0.99, "fail", None),
+     (459, 459, 0.99, "inconclusive", None), (0, 0, 0.99, "inconclusive", None)],
+)
+def test_proportion_verdicts(k: int, n: int, share: float, status: str, needed: int | None) -> None:
+    m = proportion(k, n, 0.95, share, ">=")
+    assert verdict(m, ">=", 100 * share) == (status if n != 459 else "pass")
+    if needed is not None:
+        assert m.needed == needed
+
+
+def test_mean_and_rate_bounds() -> None:
+    x = np.full(50, 20.0) + np.linspace(-1, 1, 50)
+    m = mean_bounds(x, 0.95, 30.0)
+    assert m.lo < 20 < m.hi < 30 and verdict(m, "<=", 30.0) == "pass"
+    assert verdict(mean_bounds(x, 0.95, 20.1), "<=", 20.1) == "inconclusive"
+    assert verdict(mean_bounds(np.array([5.0]), 0.95, 10.0), "<=", 10.0) == "inconclusive"
+    w = Window(0, 10 * 10**9, 0)
+    times = np.arange(0, 10 * 10**9, 10**7)  # 100 events/s, evenly
+    r = batch_rate(times, np.ones(times.size), w, 0.95)
+    assert r.value == pytest.approx(100.0) and r.lo <= 100.0 <= r.hi and r.n == 10
+    short = batch_rate(times[:10], np.ones(10), Window(0, 10**8, 0), 0.95)
+    assert verdict(short, ">=", 1.0) == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("cur", "base", "op", "status"),
+    [((100, 98, 102), (100, 98, 102), "<=", "pass"),  # same
+     ((103, 99, 107), (100, 96, 104), "<=", "pass"),  # noise
+     ((140, 130, 150), (100, 96, 104), "<=", "fail"),  # 40 % slower, surely
+     ((110, 108, 112), (100, 99, 101), "<=", "fail"),  # 10 % > 5 % tolerance, surely
+     ((106, 104, 108), (100, 99, 101), "<=", "pass"),  # over 5 % but not surely beyond it
+     ((60, 55, 65), (100, 96, 104), ">=", "fail"),  # throughput dropped
+     ((100, 90, np.inf), (100, 96, 104), "<=", "pass"),
+     ((100, -np.inf, 120), (100, 96, np.inf), "<=", "inconclusive")],
+)
+def test_compare(cur: tuple[float, float, float], base: tuple[float, float, float], op: str, status: str) -> None:
+    from loadgen.gate import Measurement
+
+    def m(v: tuple[float, float, float]) -> Measurement:
+        return Measurement(v[0], v[1], v[2], 100, "t", 0.975)
+
+    assert compare(m(cur), m(base), op, 0.05)[0] == status
+
+
+def test_exit_codes_and_tolerance() -> None:
+    assert [exit_code(s) for s in ("pass", "fail", "inconclusive")] == [0, 1, 3]
+    assert exit_code("inconclusive", "pass") == 0 and exit_code("inconclusive", "fail") == 1
+    assert parse_tolerance("5%") == pytest.approx(0.05) and parse_tolerance("2.5") == pytest.approx(0.025)
+    with pytest.raises(ConfigError):
+        parse_tolerance("lots")
+
+
+# --------------------------------------------------------------------------- run folders by hand
+
+
+def make_run(d: Path, ttft_ms: list[float], *, itl_ms: float = 10.0, tokens: int = 8, gap_ms: float = 100.0,
+             failed: int = 0, model: str = "m", turns: int = 1, meta: dict | None = None, point: int = 0,
+             append: bool = False) -> Path:
+    """A run folder whose request i has TTFT ttft_ms[i]; ``failed`` more requests fail."""
+    d.mkdir(parents=True, exist_ok=True)
+    recs = []
+    for i, t in enumerate(ttft_ms):
+        sched = T0 + point * 10**12 + int(i * gap_ms * MS)
+        first = sched + int(t * MS)
+        chunks = [first + int(k * itl_ms * MS) for k in range(tokens)]
+        recs.append(Record(run_id="r", point=point, request=i, session=i // turns, turn=i % turns, model=model,
+                           t_sched=sched, t_sent=sched, t_first=first, t_last=chunks[-1], t_done=chunks[-1] + MS,
+                           chunk_ns=chunks, chunk_tokens=[1] * tokens, output_tokens=tokens,
+                           output_tokens_requested=tokens, output_tokens_source="usage", finish_reason="length"))
+    for j in range(failed):
+        sched = T0 + point * 10**12 + int((len(ttft_ms) + j) * gap_ms * MS)
+        recs.append(Record(run_id="r", point=point, request=len(ttft_ms) + j, session=10**6 + j, t_sched=sched,
+                           t_sent=sched, t_done=sched + MS, status="http_error", http_status=500, error="boom"))
+    table = pa.Table.from_batches([to_batch(recs)])
+    path = d / "records.parquet"
+    if append and path.exists():
+        table = pa.concat_tables([pq.read_table(path), table])
+    pq.write_table(table, path)
+    doc = {"run_id": "r", "endpoint": "http://127.0.0.1:1/v1", "model": model,
+           "settings": {"arrival": {"kind": "constant", "rate": 1000 / gap_ms}, "warmup_s": 0, "cooldown_s": 0},
+           "workload": {"name": "w"}}
+    doc.update(meta or {})
+    (d / "run.json").write_bytes(orjson.dumps(doc))
+    return d
+
+
+def profile(tmp_path: Path, criteria: str, head: str = "") -> Path:
+    p = tmp_path / "prof.yaml"
+    p.write_text(f"name: test\n{head}criteria:\n{criteria}")
+    return p
+
+
+TTFT_P99 = '  - {name: TTFT p99, metric: ttft, statistic: p99, bound: "<= 200 ms"}\n'
+
+
+def test_gate_pass_fail_inconclusive(tmp_path: Path) -> None:
+    prof = load_profile(profile(tmp_path, TTFT_P99 + '  - {metric: success_rate, bound: ">= 90 %"}\n'))
+    ok = make_run(tmp_path / "ok", list(np.linspace(20, 120, 300)))
+    short = make_run(tmp_path / "short", list(np.linspace(20, 120, 50)))
+    slow = make_run(tmp_path / "slow", [50.0] * 250 + [400.0] * 50)
+    out = gate_run(ok, prof)
+    assert (out.status, out.exit_code) == ("pass", 0)
+    out = gate_run(short, prof)
+    assert (out.status, out.exit_code) == ("inconclusive", 3)
+    assert "needs >= 299 samples" in out.cases[0].message
+    assert gate_run(short, prof, inconclusive="pass").exit_code == 0
+    assert gate_run(short, prof, inconclusive="fail").exit_code == 1
+    out = gate_run(slow, prof)
+    assert (out.status, out.exit_code, out.cases[0].status) == ("fail", 1, "fail")
+
+
+def test_failures_are_bounded_and_min_samples_demotes(tmp_path: Path) -> None:
+    prof = load_profile(profile(tmp_path, TTFT_P99 + '  - {metric: success_rate, bound: ">= 99 %"}\n',
+                                head="min_samples: 1000\n"))
+    run = make_run(tmp_path / "r", [50.0] * 300, failed=30)
+    cases = {c.name: c for c in gate_run(run, prof).cases}
+    assert cases["TTFT p99"].status == "inconclusive" and "min_samples 1000" in cases["TTFT p99"].message
+    assert cases["success_rate"].status == "fail"
+
+
+def test_session_duration(tmp_path: Path) -> None:
+    crit = '  - {metric: session_duration, statistic: p90, bound: "<= 1 s"}\n'
+    prof = load_profile(profile(tmp_path, crit))
+    # two turns per session, 100 ms apart; the second ends 50 + 7 * 10 + 1 ms after its start
+    run = make_run(tmp_path / "s", [50.0] * 120, turns=2)
+    case = gate_run(run, prof).cases[0]
+    assert case.status == "pass" and case.data["n"] == 60
+    assert case.data["value"] == pytest.approx(0.221)
+
+
+def test_sweep_points_and_at(tmp_path: Path) -> None:
+    d = tmp_path / "sweep"
+    make_run(d, [50.0] * 300, point=0)
+    make_run(d, [300.0] * 300, point=1, append=True)
+    points = [{"index": 0, "settings": {"arrival": {"kind": "poisson", "rate": 2.0}}},
+              {"index": 1, "settings": {"arrival": {"kind": "poisson", "rate": 8.0}}}]
+    (d / "run.json").write_bytes(orjson.dumps({"run_id": "s", "points": points}))
+    at = '  - {name: low, metric: ttft, statistic: p99, bound: "<= 200 ms", at: {rate: 2}}\n'
+    out = gate_run(d, load_profile(profile(tmp_path, at)))
+    assert [(c.name, c.status) for c in out.cases] == [("low @ rate 2", "pass")]
+    out = gate_run(d, load_profile(profile(tmp_path, TTFT_P99)))
+    assert [(c.name, c.status) for c in out.cases] == [("TTFT p99 @ rate 2", "pass"), ("TTFT p99 @ rate 8", "fail")]
+    missing = at.replace("rate: 2", "rate: 3")
+    with pytest.raises(ConfigError, match="rate 3"):
+        gate_run(d, load_profile(profile(tmp_path, missing)))
+
+
+def test_baseline_by_hand(tmp_path: Path) -> None:
+    prof = load_profile(profile(tmp_path, '  - {name: TTFT p50, metric: ttft, statistic: p50, bound: "<= 1 s"}\n'))
+    rng = np.random.default_rng(0)
+    base = make_run(tmp_path / "base", list(rng.normal(100, 5, 300)))
+    same = make_run(tmp_path / "same", list(rng.normal(100, 5, 300)))
+    worse = make_run(tmp_path / "worse", list(rng.normal(130, 5, 300)))
+    out = gate_run(same, prof, baseline=base)
+    assert out.status == "pass" and [c.suite for c in out.cases] == ["slo", "baseline"]
+    out = gate_run(worse, prof, baseline=base)
+    assert out.status == "fail" and out.exit_code == 1
+    assert out.cases[0].status == "pass" and out.cases[1].status == "fail"
+    assert "regressed" in out.cases[1].message
+
+
+# --------------------------------------------------------------------------- CI outputs
+
+
+def test_junit_parses_and_follows_the_schema(tmp_path: Path) -> None:
+    evil = "m<x>&\x1b[31m\x00\"]]>"
+    prof = load_profile(profile(tmp_path, TTFT_P99 + '  - {name: TTFT p50, metric: ttft, statistic: p50, '
+                                                     'bound: "<= 60 ms"}\n  - {metric: success_rate, '
+                                                     'bound: ">= 99 %"}\n'))
+    run = make_run(tmp_path / "r", [50.0] * 20 + [80.0] * 80, model=evil)
+    out = gate_run(run, prof)
+    root = ET.fromstring(to_junit(out).encode())
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    cases = suites[0].findall("testcase")
+    assert [c.get("name") for c in cases] == ["TTFT p99", "TTFT p50", "success_rate"]
+    by = {c.get("name"): c for c in cases}
+    assert by["TTFT p50"].find("failure") is not None and by["TTFT p50"].find("failure").get("message")
+    assert by["TTFT p99"].find("skipped") is not None and by["TTFT p99"].find("failure") is None
+    assert suites[0].get("tests") == "3" and suites[0].get("failures") == "1" and suites[0].get("skipped") == "2"
+    assert root.get("tests") == "3" and root.get("errors") == "0"
+    for c in cases:
+        assert c.get("classname") and c.get("time") is not None
+    props = {p.get("name"): p.get("value") for p in suites[0].iter("property")}
+    assert props["model"].startswith("m<x>&")
+
+
+def test_markdown_escapes_endpoint_text(tmp_path: Path) -> None:
+    evil = "<img src=x onerror=alert(1)> | [click](http://x) *b* `c` ~~s~~"
+    esc = md_escape(evil)
+    assert "<img" not in esc and "&lt;img" in esc
+    for raw in ("|", "[", "]", "*", "`", "~"):
+        assert f"\\{raw}" in esc
+    assert "\n" not in md_escape("a\nb")
+    prof = load_profile(profile(tmp_path, TTFT_P99))
+    md = to_markdown(gate_run(make_run(tmp_path / "r", [50.0] * 300, model=evil), prof))
+    assert "<img" not in md and "loadgen gate: PASS" in md
+    table = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert len({ln.count(" | ") for ln in table[2:]}) == 1  # no cell split by an injected pipe
+
+
+def test_cli_gate_exit_codes_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    prof = profile(tmp_path, TTFT_P99)
+    ok = make_run(tmp_path / "ok", [50.0] * 300)
+    short = make_run(tmp_path / "short", [50.0] * 30)
+    junit, md, js = tmp_path / "o" / "j.xml", tmp_path / "o" / "s.md", tmp_path / "o" / "g.json"
+    args = ["gate", str(ok), "--slo", str(prof), "--junit", str(junit), "--markdown", str(md), "--json", str(js)]
+    assert cli_main(args) == 0
+    ET.parse(junit)
+    assert "PASS" in md.read_text() and orjson.loads(js.read_bytes())["exit_code"] == 0
+    assert cli_main(["gate", str(short), "--slo", str(prof)]) == 3
+    assert cli_main(["gate", str(short), "--slo", str(prof), "--inconclusive", "pass"]) == 0
+    assert cli_main(["gate", str(ok), "--slo", str(tmp_path / "nope.yaml")]) == 2
+    assert cli_main(["gate", str(tmp_path), "--slo", str(prof)]) == 2  # not a run folder
+    summary = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert cli_main(["gate", str(ok), "--slo", "interactive-chat"]) == 3
+    assert "interactive-chat" in summary.read_text()
+
+
+def test_gate_after_run_hook(tmp_path: Path) -> None:
+    p = argparse.ArgumentParser()
+    add_gate_options(p)
+    run = make_run(tmp_path / "r", [50.0] * 300)
+    prof = str(profile(tmp_path, TTFT_P99))
+    assert gate_after_run(run, p.parse_args(["--slo", prof])) == 0  # no --gate: nothing judged
+    assert gate_after_run(run, p.parse_args(["--slo", prof, "--gate"])) == 0
+    slow = make_run(tmp_path / "slow", [500.0] * 300)
+    assert gate_after_run(slow, p.parse_args(["--slo", prof, "--gate"])) == 1
+    with pytest.raises(ConfigError):
+        gate_after_run(run, p.parse_args(["--gate"]))
+
+
+# --------------------------------------------------------------------------- baseline on the simulator
+
+
+@contextmanager
+def thread_sim(ttft_ms: float, itl_ms: float) -> Iterator[str]:
+    """The simulator with a fixed-latency model, served from a thread on loopback."""
+    from loadgen.sim.model import FixedModel
+    from loadgen.sim.server import SimConfig, SimServer
+
+    loop = asyncio.new_event_loop()
+    server = SimServer(FixedModel(ttft_ms / 1e3, itl_ms / 1e3), SimConfig())
+    ready = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start())
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert ready.wait(10)
+    try:
+        yield server.url
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+
+
+def _sim_run(url: str, out: Path) -> Path:
+    from loadgen.runner import RunSettings, execute
+    from loadgen.schedule import Arrival
+    from loadgen.workload import SyntheticChat
+
+    settings = RunSettings(endpoint=url, model="sim", arrival=Arrival("constant", rate=40.0), duration_s=None,
+                           requests=80, drain_s=10.0)
+    execute(settings, SyntheticChat(input_tokens=16, output_tokens=12, seed=0), out)
+    return out
+
+
+def test_baseline_on_the_simulator(tmp_path: Path) -> None:
+    """Same settings twice: no regression flagged. ITL 10 -> 14 ms: regression."""
+    crit = ('  - {name: TPOT p90, metric: tpot, statistic: p90, bound: "<= 1 s"}\n'
+            '  - {name: ITL p50, metric: itl, statistic: p50, bound: "<= 1 s"}\n'
+            '  - {name: E2E p50, metric: e2e, statistic: p50, bound: "<= 5 s"}\n')
+    prof = load_profile(profile(tmp_path, crit))
+    with thread_sim(20, 10) as url:
+        base = _sim_run(url, tmp_path / "base")
+        again = _sim_run(url, tmp_path / "again")
+    with thread_sim(20, 14) as url:
+        slower = _sim_run(url, tmp_path / "slower")
+    out = gate_run(again, prof, baseline=base)
+    assert out.status == "pass", [(c.name, c.status, c.message) for c in out.cases]
+    out = gate_run(slower, prof, baseline=base)
+    regressed = {c.name: c.status for c in out.cases if c.suite == "baseline"}
+    assert out.status == "fail" and out.exit_code == 1
+    assert regressed["TPOT p90 vs baseline"] == "fail" and regressed["E2E p50 vs baseline"] == "fail"
