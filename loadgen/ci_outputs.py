@@ -120,7 +120,8 @@ def to_table(outcome: Outcome, why: bool = True) -> Table:
     t = Table(title=Text(outcome.title), show_edge=False, title_justify="left")
     cols = ("", *outcome.columns, "result", *(("why",) if why else ()))
     for col in cols:
-        t.add_column(col, justify="right" if col in outcome.columns and col != "limit" else "left")
+        t.add_column(col, justify="right" if col in outcome.columns and col != "limit" else "left",
+                     no_wrap=col not in ("", "why"))
     for c in outcome.cases:
         t.add_row(
             Text(c.name),

@@ -148,7 +148,8 @@ def compare_runs(run_dirs: Sequence[Path], *, names: Sequence[str] | None = None
     notes = []
     own = {s.name: s.analysis.meta.get("sweep", {}).get("slo") for s in sides}
     if len({str(v) for v in own.values()}) > 1:
-        notes.append(f"the runs recorded different SLOs; all are judged against {slo} ({target:g}%)")
+        notes.append(f"the runs recorded different SLOs; all are judged against {slo} ({target:g}%)" if slo else
+                     "the runs recorded different SLOs and none was given: SLO figures are not compared (use --slo)")
     gpus = {s.name: s.analysis.gpus for s in sides}
     if any(g is None for g in gpus.values()) and any(g is not None for g in gpus.values()):
         mismatches.append("only some runs give --gpus: per-GPU figures are not comparable; "

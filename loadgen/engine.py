@@ -340,14 +340,20 @@ class Engine:
                     if retry:
                         rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
                     return
-                feed = tally.feed
-                async for data in resp.content.iter_any():
+                feed, read = tally.feed, resp.content.readany
+                while True:  # the hot loop: one pass per socket read, stamped as it returns
+                    data = await read()
+                    if not data:
+                        break
                     t = clock()
                     me.last_read = t
                     me.got_data = True
                     feed(data, t)
-                tally.close()
-                if not tally.done and tally.finish_reason is None:
+                tally.close(clock())
+                if tally.events == 0:
+                    rec.status = "bad_stream"
+                    rec.error = f"HTTP 200 but no SSE events (Content-Type {resp.content_type!r})"
+                elif not tally.done and tally.finish_reason is None:
                     rec.status = "disconnected"
                     rec.error = "stream ended without [DONE] or a finish_reason"
         except StreamError as e:

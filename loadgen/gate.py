@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from scipy import stats as _sps
 
 from .ci_outputs import Case, Outcome, overall_status
-from .errors import ConfigError, LoadgenError
+from .errors import ConfigError
 from .metrics import (  # _Cols, _itl_icl, _ms: private on purpose, samples come from summarize()'s own code
     SLO,
     MetricsError,
@@ -67,6 +67,8 @@ __all__ = [
     "gate_run",
     "exit_code",
     "parse_tolerance",
+    "add_gate_options",
+    "gate_after_run",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -110,6 +112,7 @@ class Point:
     window: Window
     slo: SLO | None = None
     lag_limit_ms: float = 10.0
+    warning: str | None = None  # the configured window could not be used
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- samples, each by the definitions of metrics.summarize ------------------------
@@ -250,17 +253,18 @@ def load_points(run_dir: Path, slo: SLO | None = None) -> tuple[dict[str, Any], 
         rate = entry.get("rate", None if closed else arrival.get("rate"))
         conc = entry.get("concurrency", arrival.get("concurrency"))
         part = table.filter(pc.equal(table.column("point"), index)) if multi else table
+        warning = None
         try:
             window = choose_window(part, warmup_s=float(settings.get("warmup_s") or 0.0),
                                    cooldown_s=float(settings.get("cooldown_s") or 0.0))
-        except MetricsError as e:
-            raise LoadgenError(f"{run_dir}: point {index}: {e}") from None
+        except MetricsError as e:  # as the reports do: the whole span, said out loud
+            window, warning = choose_window(part), f"{e}; judged the whole point, warm-up included"
         label = ""
         if multi:
             label = f"rate {rate:g}" if rate is not None else f"concurrency {conc}" if conc else f"point {index}"
         points.append(Point(index, label, None if rate is None else float(rate),
                             None if conc is None else int(conc), part, window, slo,
-                            float(settings.get("lag_limit_ms") or 10.0)))
+                            float(settings.get("lag_limit_ms") or 10.0), warning))
     return meta, points
 
 
@@ -507,6 +511,8 @@ def _case(c: Criterion, p: Point, suite: str, status: str, m: Measurement, messa
           extra: dict[str, Any] | None = None) -> Case:
     name = c.name + (f" @ {p.label}" if p.label else "")
     n = str(m.n) if m.n_eff is None else f"{m.n} ({m.n_eff} req)"
+    if m.method.startswith("batch means"):
+        n = f"{m.n} slices"
     data = {"metric": c.metric, "statistic": c.statistic, "op": c.op, "bound": c.bound, "unit": c.unit,
             "point": p.index, "value": _j(m.value), "lo": _j(m.lo), "hi": _j(m.hi), "n": m.n, "n_eff": m.n_eff,
             "confidence": m.confidence, "method": m.method, "over": m.over, "needed": m.needed, **(extra or {})}
@@ -561,6 +567,7 @@ def gate_run(
     cases = [_case(c, p, "slo", status, m, reason, c.limit) for c, p, status, m, reason in results]
     for p in points:
         prefix = f"{p.label}: " if p.label else ""
+        notes += [prefix + w for w in ([p.warning] if p.warning else [])]
         notes += [prefix + w for w in validity_warnings(p.summary(), lag_p99_limit_ms=p.lag_limit_ms)]
     if any(c.info.clustered for c in profile.criteria):
         notes.append("ITL/ICL samples are clustered by request; their bounds count one sample per request")
@@ -616,3 +623,20 @@ def _comparability(meta: dict[str, Any], bmeta: dict[str, Any]) -> list[str]:
         if a.get(key) != b.get(key):
             out.append(f"the baseline's {key} differs ({b.get(key)!r} vs {a.get(key)!r})")
     return out
+
+
+# --------------------------------------------------------------------------- hooks for run / sweep
+
+
+def add_gate_options(parser: Any, standalone: bool = False) -> None:
+    """``--slo``, ``--gate``, ``--baseline``, ... on a run/sweep parser (see cli/gate_cmd.py)."""
+    from .cli.gate_cmd import add_gate_options as add
+
+    add(parser, standalone)
+
+
+def gate_after_run(run_dir: Path, args: Any) -> int:
+    """Judge a finished run folder when ``--gate`` was given; the exit code (else 0)."""
+    from .cli.gate_cmd import gate_after_run as after
+
+    return after(Path(run_dir), args)

@@ -30,6 +30,7 @@ from .engine import Engine, EngineConfig, Plan, Timeouts
 from .errors import ConfigError, EndpointError
 from .records import STREAM_NAME, RecordWriter, compact
 from .schedule import Arrival, offsets_ns, shard_indices
+from .timing import SpinMeter
 from .workload import Workload
 
 __all__ = ["RunSettings", "RunResult", "execute", "endpoint_label", "api_key_from_env", "target"]
@@ -109,7 +110,7 @@ def api_key_from_env(name: str | None) -> str | None:
     return os.environ.get("OPENAI_API_KEY") or None
 
 
-def _host_info() -> dict[str, Any]:
+def host_info() -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -228,7 +229,7 @@ async def run_engine(
                 installed.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, spun0 = time.process_time(), time.perf_counter(), SpinMeter.spun_ns
         if start_ns is None:
             start_ns = time.perf_counter_ns() + 50_000_000  # 50 ms to settle before the first send
         anchor = {"wall_ns": time.time_ns(), "perf_ns": time.perf_counter_ns(), "start_perf_ns": start_ns}
@@ -238,11 +239,14 @@ async def run_engine(
             for sig in installed:
                 loop.remove_signal_handler(sig)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        spun = (SpinMeter.spun_ns - spun0) / 1e9
     return {
         "clock_anchor": anchor,
         "cpu_seconds": cpu,
         "wall_seconds": wall,
-        "cpu_utilisation": cpu / wall if wall > 0 else 0.0,
+        # yielding while waiting for a send instant is not load: it is left out here
+        "cpu_utilisation": max(cpu - spun, 0.0) / wall if wall > 0 else 0.0,
+        "cpu_seconds_waiting_for_send_instants": spun,
         "loop_lag_max_ms": engine.live.loop_lag_max_ms,
         "sends_delayed_by_max_inflight": engine.live.capped,
         "interrupted": interrupted,
@@ -279,6 +283,7 @@ async def simulator_health(url: str) -> dict[str, Any]:
     m = await fetch_metrics(metrics_url(url)) or {}
     return {
         "late_steps": int(m.get("vllm:late_steps_total", 0)),
+        "steps": int(m.get("vllm:steps_total", 0)),
         "max_lateness_ms": 1e3 * m.get("vllm:max_lateness_seconds", 0.0),
     }
 
@@ -306,7 +311,7 @@ def execute(
             "model": model,
             "settings": settings_json(settings),
             "workload": workload.describe(),
-            "host": _host_info(),
+            "host": host_info(),
             "started_wall_ns": time.time_ns(),
         }
         write_json(out / "run.json", meta)

@@ -189,9 +189,18 @@ def _saturation(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> tup
     return None
 
 
+def served_rps(obs: Observation) -> float:
+    """Requests/s the endpoint served, from the tokens it delivered when known: at an overloaded
+    point few requests *finish* inside a short window although the engine runs flat out."""
+    ratio = obs.keep_up_ratio
+    if obs.expected_output_tps > 0 and ratio == ratio:
+        return ratio * obs.offered_rps
+    return obs.completed_rps
+
+
 def capacity_estimate(history: list[tuple[Step, Observation]]) -> float:
-    """Highest completed request rate seen: what the endpoint sustains at saturation."""
-    return max((obs.completed_rps for _, obs in history if obs.completed_rps == obs.completed_rps), default=0.0)
+    """Highest served request rate seen: what the endpoint sustains at saturation."""
+    return max((r for _, obs in history if (r := served_rps(obs)) == r), default=0.0)
 
 
 # --------------------------------------------------------------------------- SLO attainment

@@ -19,19 +19,21 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from . import __version__
 from .engine import Engine
 from .errors import ConfigError
 from .metrics import SLO, Summary, summarize, validity_warnings
-from .records import compact, read_stream
+from .records import SCHEMA, compact, read_stream
 from .report.points import compact_warnings, point_window, slo_to_json
 from .runner import (
     RunSettings,
-    _host_info,
     discover_model,
     endpoint_label,
+    host_info,
     new_run_id,
-    run_engine,
+    run_point,
     settings_json,
     simulator_health,
     target,
@@ -119,7 +121,7 @@ def _meta(settings: SweepSettings, workload: Workload, url: str, is_sim: bool, m
         "model": model,
         "settings": base,
         "workload": workload.describe(),
-        "host": _host_info(),
+        "host": host_info(),
         "started_wall_ns": time.time_ns(),
         "sweep": {
             "mode": plan.mode,
@@ -197,10 +199,10 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
                out: Path, run_id: str, api_key: str | None,
                on_engine: Callable[[Engine], None] | None) -> PointResult:
     ps = _point_settings(settings, step, k)
-    stream = f"records-p{k:03d}.arrows"
-    client = asyncio.run(run_engine(ps, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine,
-                                    stream_name=stream))
-    table = read_stream(out / stream)
+    stem = f"records-p{k:03d}"
+    client = run_point(ps, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine, stem=stem)
+    streams = sorted(out.glob(f"{stem}*.arrows"))  # one per worker process
+    table = pa.concat_tables([read_stream(p) for p in streams]) if streams else SCHEMA.empty_table()
     window, problem = point_window(table, ps.warmup_s)
     summary = summarize(table, window, settings.slo)
     rate = step.rate if step.arrival.kind != "closed" else summary.offered_rps
@@ -218,6 +220,7 @@ def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult)
         **step.to_json(),
         "warmup_s": settings.plan.warmup_s,
         "cooldown_s": 0.0,
+        "lag_limit_ms": settings.base.lag_limit_ms,
         "salt": point_salt(settings, k),
         "client": point.client,
     }

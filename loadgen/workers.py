@@ -60,7 +60,7 @@ def run_sharded(settings: Any, workload: Workload, url: str, model: str, run_dir
         for conn in pipes:
             conn.send(start_ns)
         clients = []
-        for conn, p in zip(pipes, procs):
+        for conn, p in zip(pipes, procs, strict=False):
             try:
                 clients.append(conn.recv())
             except EOFError:

@@ -241,9 +241,9 @@ async def browse(chromium: str, page: Path, shot: Path) -> dict[str, Any]:
                                  session=session)
             shot.write_bytes(base64.b64decode(png["data"]))
             await asyncio.sleep(0.2)  # late console messages
-            cdp.reader.cancel()
             events = [e for e in cdp.events if e.get("sessionId") == session]
             await cdp.call("Browser.close")
+            cdp.reader.cancel()
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -73,7 +73,7 @@ def test_killing_the_process_keeps_every_finished_request(tmp_path):
     table = read_stream(out / "records.arrows").to_pydict()
     assert len(table["request"]) >= 10
     assert set(table["status"]) == {"ok"}
-    have = {f"{run}-{req}" for run, req in zip(table["run_id"], table["request"])}
+    have = {f"{run}-{req}" for run, req in zip(table["run_id"], table["request"], strict=False)}
     # every answer the server finished well before the kill (one flush interval and a margin) is on disk
     settled = killed_at - 600_000_000
     finished = [t["rid"] for t in map(orjson.loads, truth.read_bytes().splitlines())

@@ -56,7 +56,7 @@ def test_agentic_turns_follow_each_answer_after_the_think_time(tmp_path):
     for rows in complete:
         assert [rec["turn"][r] for r in rows] == [0, 1, 2, 3]
         spec = workload.session(rec["session"][rows[0]])
-        for prev, nxt in zip(rows, rows[1:]):
+        for prev, nxt in zip(rows, rows[1:], strict=False):
             # closed within the session: sent exactly think time after the previous answer ended
             think = spec.turns[rec["turn"][nxt]].think_ns
             assert rec["t_sched"][nxt] - rec["t_done"][prev] == think == 50_000_000

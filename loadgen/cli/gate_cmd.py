@@ -34,8 +34,11 @@ def add_gate_options(p: argparse.ArgumentParser, standalone: bool = False) -> No
     """The gate's flags; without ``standalone`` (for run/sweep) also ``--gate``."""
     g = p.add_argument_group("SLO gate")
     names = ", ".join(builtin_profiles()) or "none"
-    g.add_argument("--slo", metavar="PROFILE", required=standalone, default=None,
-                   help=f"SLO profile: a YAML file or a built-in name ({names})")
+    try:
+        g.add_argument("--slo", metavar="PROFILE", required=standalone, default=None,
+                       help=f"SLO profile: a YAML file or a built-in name ({names})")
+    except argparse.ArgumentError:
+        pass  # the command has its own --slo (sweep: also per-request bounds); the gate reads the same value
     if not standalone:
         g.add_argument("--gate", action="store_true",
                        help=f"after the run, judge it against --slo and set the {EXIT_CODES}")
@@ -56,6 +59,10 @@ def gate_profile(args: argparse.Namespace) -> Profile | None:
     if getattr(args, "gate", False) and not getattr(args, "slo", None):
         raise ConfigError("--gate needs --slo PROFILE")
     if not getattr(args, "slo", None):
+        return None
+    if "=" in args.slo and not Path(args.slo).exists():  # sweep's inline bounds, e.g. ttft=200,e2e=2000
+        if getattr(args, "gate", False):
+            raise ConfigError(f"--gate needs an SLO profile (a file or built-in name), not inline bounds {args.slo!r}")
         return None
     profile = load_profile(args.slo)
     parse_tolerance(args.tolerance)

@@ -18,9 +18,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..report.html import write_report
     from ..report.summary import summarize_run
+    from ..runner import read_run_meta
 
-    report = summarize_run(Path(args.run_dir), warmup_s=args.warmup, cooldown_s=args.cooldown,
-                           lag_limit_ms=args.lag_limit_ms)
+    run_dir = Path(args.run_dir)
+    if read_run_meta(run_dir).get("points"):  # a sweep: per point, the frontier, capacity at SLO
+        from ..report.sweep_view import render_sweep
+
+        options = {"lag_limit_ms": args.lag_limit_ms} if args.lag_limit_ms is not None else {}
+        render_sweep(run_dir, **options).print()
+        return 0
+    report = summarize_run(run_dir, warmup_s=args.warmup, cooldown_s=args.cooldown, lag_limit_ms=args.lag_limit_ms)
     report.print()
+    print(f"report: {write_report(run_dir)}")
     return 0

@@ -77,6 +77,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
     p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
     add_sim_options(p)
+    from .gate_cmd import add_gate_options
+
+    add_gate_options(p)
     p.set_defaults(func=main)
 
 
@@ -151,7 +154,9 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 def main(args: argparse.Namespace) -> int:
     from ..report.summary import summarize_run
     from ..runner import new_run_id
+    from .gate_cmd import gate_after_run, slo_of
 
+    slo = slo_of(args)  # a bad profile, tolerance or baseline fails here, before any traffic
     settings = settings_from_args(args)
     workload = resolve_workload(args)
     api_key = api_key_from_env(args.api_key_env)
@@ -160,9 +165,12 @@ def main(args: argparse.Namespace) -> int:
     with view:
         result = execute(settings, workload, out, api_key=api_key, sim_flags=sim_args(args),
                          on_engine=view.attach)
-    report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms)
+    report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)
     report.print()
+    from ..report.html import write_report
+
+    print(f"report: {write_report(out)}")
     if result.interrupted:
         print("interrupted: sending stopped; every finished request is in the records")
         return 130
-    return 0
+    return gate_after_run(out, args)

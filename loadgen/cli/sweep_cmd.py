@@ -155,7 +155,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         endpoint=resolve_endpoint(args), model=args.model, api=args.api, duration_s=args.point_duration + args.warmup,
         seed=args.seed, warmup_s=args.warmup, timeouts=timeouts(args), ignore_eos=args.ignore_eos,
         keep_text=args.keep_text, max_inflight=args.max_inflight, drain_s=args.drain,
-        lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args),
+        lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args), workers=args.workers,
     )
     return SweepSettings(base=base, plan=plan, slo=slo, slo_name=slo_name, gpus=args.gpus,
                          prices=parse_prices(args.price_per_gpu_hour), point_salt=args.point_salt, salt=args.salt)
@@ -176,6 +176,7 @@ class SweepView:
         self.rows: list[list[str]] = []
         self.live_view = LiveView(enabled=False, console=self.console, title="current point")
         self.enabled = enabled and self.console.is_terminal
+        self.counters = settings.base.workers == 1  # worker processes keep their counters to themselves
         self._live: Live | None = None
 
     def table(self) -> Table:
@@ -187,7 +188,9 @@ class SweepView:
         return t
 
     def __rich__(self) -> Group:
-        return Group(self.table(), self.live_view) if self.live_view.engines else Group(self.table())
+        if self.counters and self.live_view.engines:
+            return Group(self.table(), self.live_view)
+        return Group(self.table())
 
     def attach(self, engine: Engine) -> None:
         self.live_view.attach(engine)
@@ -240,9 +243,7 @@ def main(args: argparse.Namespace) -> int:
     report = render_sweep(out)
     report.print(Console(width=None if sys.stdout.isatty() else 160))
     gate = _gate_module()
-    code = 0
-    if gate is not None and getattr(args, "gate", None):
-        code = int(gate.gate_after_run(out, args) or 0)
+    code = int(gate.gate_after_run(out, args) or 0) if gate is not None else 0  # 0 unless --gate was given
     if result.interrupted:
         print("interrupted: the sweep stopped; every finished point is in the run folder")
         return 130

@@ -177,14 +177,20 @@ def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | N
     if not drawn:
         _empty(ax, "no point has a per-user speed and a throughput")
         return fig
-    if x_min_slo is not None and math.isfinite(x_min_slo):
-        ax.axvspan(x_min_slo, max(ax.get_xlim()[1], x_min_slo * 1.2), color="#2ca02c", alpha=0.08,
-                   label=f"meets TPOT SLO (>= {x_min_slo:.3g} tok/s/user)")
+    xs = np.concatenate([np.asarray(s.x, dtype=float) for s in series])
+    xs = xs[np.isfinite(xs)]
+    slo = x_min_slo is not None and math.isfinite(x_min_slo)
+    lo, hi = float(xs.min()), float(xs.max())
+    if slo:
+        lo, hi = min(lo, x_min_slo), max(hi, x_min_slo)  # type: ignore[type-var]
+    pad = max(hi - lo, hi * 0.05, 1e-9) * 0.08
+    ax.set_xlim(max(0.0, lo - pad), hi + pad)
+    if slo:
+        ax.axvspan(x_min_slo, hi + pad, color="#2ca02c", alpha=0.08, label=f"TPOT SLO met (>= {x_min_slo:.3g})")
         ax.axvline(x_min_slo, color="#2ca02c", lw=1, ls="--")
     ax.set_xlabel("interactivity: per-user output tok/s (median of 1/TPOT)")
     ax.set_ylabel(y_label)
     ax.set_ylim(bottom=0)
-    ax.set_xlim(left=0)
     _legend_right(ax)
     if title:
         ax.set_title(title)

@@ -24,7 +24,7 @@ from ..pareto import cost_per_million, frontier, per_gpu
 from ..records import read_records
 from ..runner import read_run_meta
 from ..sweep import AutoSearch, Capacity, attainment_interval, capacity_at_slo, observe, saturation_reason
-from .summary import client_warnings
+from .summary import client_warnings, simulator_warnings
 
 __all__ = ["PointFigures", "RunAnalysis", "analyze_run", "latency_samples", "rate_ci", "slo_from_json",
            "slo_to_json", "compact_warnings", "point_window"]
@@ -178,16 +178,20 @@ def latency_samples(table: pa.Table, w: Window) -> dict[str, np.ndarray]:
     sel = rows & has_first
     ttft = (t_first[sel] - ts[sel]) / 1e6
     sub = table.filter(pa.array(rows))
-    itl = []
-    for ns, tok in zip(sub.column("chunk_ns").to_pylist(), sub.column("chunk_tokens").to_pylist(), strict=False):
-        if not ns or len(ns) != len(tok):
-            continue
-        a, k = np.asarray(ns, dtype=np.int64), np.asarray(tok, dtype=np.int64)
-        keep = k > 0
-        a, k = a[keep], k[keep]
-        if a.size > 1:
-            itl.append(np.repeat(np.diff(a) / 1e6 / k[1:], k[1:]))
-    return {"ttft": np.sort(ttft), "itl": np.sort(np.concatenate(itl)) if itl else np.zeros(0)}
+    ns_col = sub.column("chunk_ns").combine_chunks()
+    tok_col = sub.column("chunk_tokens").combine_chunks()
+    lens = np.asarray(pc.fill_null(pc.list_value_length(ns_col), 0).to_numpy(), dtype=np.int64)
+    ns = np.asarray(pc.fill_null(ns_col.flatten(), 0).to_numpy(), dtype=np.int64)
+    tok = np.asarray(pc.fill_null(tok_col.flatten(), 0).to_numpy(), dtype=np.int64)
+    if tok.size != ns.size:  # a malformed row: count one token per chunk, as metrics does
+        tok = np.ones(ns.size, dtype=np.int64)
+    owner = np.repeat(np.arange(lens.size), lens)
+    keep = tok > 0  # zero-token chunks pass their time to the next token
+    owner, ns, tok = owner[keep], ns[keep], tok[keep]
+    same = owner[1:] == owner[:-1]
+    k = tok[1:][same]
+    itl = np.repeat(np.diff(ns)[same] / 1e6 / k, k)
+    return {"ttft": np.sort(ttft), "itl": np.sort(itl)}
 
 
 def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0) -> tuple[Window, str | None]:
@@ -244,12 +248,7 @@ def analyze_run(
     if slo is not None and open_pts:
         capacity = capacity_at_slo([(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts
                                     if p.rate is not None], target)
-    warnings = client_warnings(meta)
-    sim = meta.get("simulator") or {}
-    if sim.get("late_steps"):
-        warnings.append(f"the built-in simulator fell behind its own model on {int(sim['late_steps'])} steps "
-                        f"(up to {float(sim.get('max_lateness_ms', 0.0)):.0f} ms late): the host was too busy, "
-                        "so simulated latencies are inflated")
+    warnings = client_warnings(meta) + simulator_warnings(meta)
     if sw and not sw.get("point_salt", True):
         warnings.append("per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
                         "from one load point into the next, which flatters later points")

@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..timing import sleep_until
 from .model import Clock, SimRequest
 from .prefix_cache import PrefixCache, block_hashes
 from .profiles import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, GpuProfile, ModelProfile
@@ -121,7 +122,7 @@ class RooflineModel:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
-        self._c = dict.fromkeys(("prompt", "gen", "ok", "preempt", "queries", "hits", "late"), 0)
+        self._c = dict.fromkeys(("prompt", "gen", "ok", "preempt", "queries", "hits", "late", "steps"), 0)
         self._max_late_ns = self._last_late_ns = 0
 
     # ---- configuration ------------------------------------------------------------------
@@ -336,6 +337,7 @@ class RooflineModel:
             "num_preemptions_total": c["preempt"],
             "request_success_total": c["ok"],
             "late_steps_total": c["late"],
+            "steps_total": c["steps"],
             "max_lateness_seconds": self._max_late_ns / 1e9,
         }
 
@@ -357,16 +359,17 @@ class RooflineModel:
                 await self._wakeup.wait()
                 continue
             end = start + int(plan.seconds * 1e9)
-            delay = end - self.clock()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            late = self.clock() - end
+            await sleep_until(end, self.clock)  # to well under a millisecond (timing.py)
+            now = self.clock()
+            late = now - end
             self._last_late_ns = late
+            self._c["steps"] += 1
             if late > self._max_late_ns:
                 self._max_late_ns = late
             if late > self.late_threshold_ns:
                 self._c["late"] += 1
-            self._complete(plan, end)
+            # the model's clock stays at ``end`` (no drift); the ground truth is when tokens really went out
+            self._complete(plan, end, emitted_ns=now)
 
     def simulate(self, until_ns: int | None = None) -> int:
         """Run steps in virtual time, without sleeping, until idle (or ``until_ns``).
@@ -479,9 +482,11 @@ class RooflineModel:
         self._c["preempt"] += 1
         self._waiting.appendleft(s)
 
-    def _complete(self, plan: _Plan, end: int) -> None:
-        """Apply a finished step: KV grows, full prompt blocks enter the cache, tokens go out."""
+    def _complete(self, plan: _Plan, end: int, emitted_ns: int | None = None) -> None:
+        """Apply a finished step: KV grows, full prompt blocks enter the cache, tokens go out
+        (stamped ``emitted_ns``, the real instant, when it differs from the model's ``end``)."""
         self._t_model = end
+        stamp = end if emitted_ns is None else emitted_ns
         bs, finished = self.block_size, False
         for s, n in plan.items:
             if s.done:  # cancelled during the step
@@ -495,8 +500,8 @@ class RooflineModel:
             r = s.req
             if s.computed == s.prompt_len + r.emitted:
                 if r.prefill_end_ns is None:
-                    r.prefill_end_ns = end
-                r.emit(1 if r.max_tokens > 0 else 0, end)
+                    r.prefill_end_ns = stamp
+                r.emit(1 if r.max_tokens > 0 else 0, stamp)
                 self._c["gen"] += 1 if r.max_tokens > 0 else 0
                 if r.finished:
                     s.done = finished = True

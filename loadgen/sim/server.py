@@ -109,7 +109,8 @@ class SimServer:
         if self.config.truth_path:
             self._truth_file = open(self.config.truth_path, "ab")  # noqa: SIM115
         await self.model.start()
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # a short shutdown: answers still streaming to a client that left must not hold a stop for 60 s
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
         await site.start()
