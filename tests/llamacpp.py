@@ -151,8 +151,9 @@ def start_llamacpp(
 
     ``n_ctx`` is the whole KV cache, split evenly over the ``n_parallel`` slots.
     One compute thread by default: the test box has two cores, shared with the client.
-    ``http_threads`` must exceed the streams in flight, or extra requests wait in the
-    HTTP layer where neither ``/slots`` nor ``requests_deferred`` can see them.
+    (Requests beyond the slots queue inside llama.cpp, visible as ``requests_deferred``;
+    with this build even 3 HTTP threads carried 6 concurrent streams, but HTTP threads
+    are idle while they wait, so the default is generous.)
     """
     model = model or tiny_model()
     cfg = {"model": str(model), "port": 0, "n_parallel": n_parallel, "n_ctx": n_ctx, "threads": threads,

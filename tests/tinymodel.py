@@ -25,6 +25,7 @@ from loadgen.tokenizer import WORDS
 __all__ = ["TinySpec", "build_tiny_model", "corpus"]
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+EOS = "<|im_end|>"  # ends a ChatML turn; the only special token the model may sample
 CHATML = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -37,9 +38,14 @@ TOKENIZER_NAME = "tokenizer.json"
 
 @dataclass(frozen=True)
 class TinySpec:
-    """Model shape: small enough that one CPU thread decodes thousands of tokens a second."""
+    """Model shape: small enough that one CPU thread decodes thousands of tokens a second.
 
-    vocab_size: int = 1024
+    The vocabulary is deliberately smaller than loadgen's built-in word list (about 130
+    of its words become single tokens), so the built-in tokenizer is off by ~1.6x here
+    and calibration has something real to correct.
+    """
+
+    vocab_size: int = 400
     n_embd: int = 64
     n_layer: int = 2
     n_head: int = 4
@@ -99,8 +105,15 @@ def train_tokenizer(spec: TinySpec) -> tuple[list[str], list[str], object]:
     return tokens, merges, tok
 
 
-def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
-    """Seeded random tensors in llama.cpp's names; numpy shape is (rows, cols) = ggml ne reversed."""
+def _weights(spec: TinySpec, n_vocab: int, banned: list[int]) -> dict[str, np.ndarray]:
+    """Seeded random tensors in llama.cpp's names; numpy shape is (rows, cols) = ggml ne reversed.
+
+    Residual dimension 0 is held at a constant (every embedding has 1.0 there and no
+    layer writes to it), which gives the output layer a bias the architecture lacks:
+    the ``banned`` tokens get a hugely negative logit and are never sampled. Those are
+    the control tokens other than EOS, which llama.cpp renders as empty text; sampled
+    at random they would make empty chunks (or none) where a real model sends text.
+    """
     rng = np.random.default_rng(spec.seed)
     head_dim = spec.n_embd // spec.n_head
     kv = spec.n_head_kv * head_dim
@@ -124,6 +137,11 @@ def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
             p + "ffn_up.weight": mat(spec.n_ff, spec.n_embd),
             p + "ffn_down.weight": mat(spec.n_embd, spec.n_ff),
         }
+        w[p + "attn_output.weight"][0, :] = 0.0
+        w[p + "ffn_down.weight"][0, :] = 0.0
+    w["token_embd.weight"][:, 0] = 1.0
+    w["output.weight"][:, 0] = 0.0
+    w["output.weight"][banned, 0] = -1000.0
     return w
 
 
@@ -155,10 +173,11 @@ def build_tiny_model(out_dir: Path, spec: TinySpec = TinySpec()) -> Path:
     w.add_token_types(types)
     w.add_token_merges(merges)
     w.add_bos_token_id(tokens.index("<|endoftext|>"))
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_eos_token_id(tokens.index(EOS))
     w.add_add_bos_token(False)
     w.add_chat_template(CHATML)
-    for name, tensor in _weights(spec, len(tokens)).items():
+    banned = [tokens.index(t) for t in SPECIALS if t != EOS]
+    for name, tensor in _weights(spec, len(tokens), banned).items():
         w.add_tensor(name, tensor)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -2,7 +2,7 @@
 
 The server (``sim/server.py``) speaks HTTP; a model decides *when* each output
 token exists. A model emits tokens by bumping ``SimRequest.emitted`` (recording
-each token's emission time in ``emit_ns``) and setting ``SimRequest.wake``; the
+each token's emission time in ``emit_ns``), which wakes ``SimRequest.wait()``; the
 server's handler wakes, writes every newly emitted token, and waits again. So a
 slow reader never stalls the model, and several tokens emitted between two
 wake-ups go out in one TCP write, as a real server's would.
@@ -34,7 +34,9 @@ class SimRequest:
     max_tokens: int  # tokens this request will produce (EOS already decided)
     arrival_ns: int
     emitted: int = 0
-    emit_ns: list[int] = field(default_factory=list)
+    emit_ns: list[int] = field(default_factory=list)  # when each token really went out
+    model_ns: list[int] = field(default_factory=list)  # when the timing model says it should have
+    written_ns: list[int] = field(default_factory=list)  # when the server wrote it to the socket
     queue_wait_ns: int | None = None
     prefill_start_ns: int | None = None
     prefill_end_ns: int | None = None
@@ -42,15 +44,30 @@ class SimRequest:
     preemptions: int = 0
     finished: bool = False
     cancelled: bool = False
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _waiter: asyncio.Future[None] | None = None
 
-    def emit(self, k: int, now_ns: int) -> None:
-        """Record ``k`` new tokens at ``now_ns`` and wake the handler."""
+    def notify(self) -> None:
+        """Wake the handler (a bare future: cheaper than an Event, once per token)."""
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def wait(self) -> None:
+        """Until the next ``emit``/``notify`` (the caller checks what changed)."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def emit(self, k: int, now_ns: int, model_ns: int | None = None) -> None:
+        """Record ``k`` new tokens at ``now_ns`` (and their modelled instant) and wake the handler."""
         self.emitted += k
         self.emit_ns.extend([now_ns] * k)
+        self.model_ns.extend([now_ns if model_ns is None else model_ns] * k)
         if self.emitted >= self.max_tokens:
             self.finished = True
-        self.wake.set()
+        self.notify()
 
     def truth(self) -> dict[str, Any]:
         """The ground-truth line for ``--truth``."""
@@ -63,6 +80,8 @@ class SimRequest:
             "prefill_start_ns": self.prefill_start_ns,
             "prefill_end_ns": self.prefill_end_ns,
             "emit_ns": self.emit_ns,
+            "model_ns": self.model_ns,
+            "written_ns": self.written_ns,
             "preemptions": self.preemptions,
             "cancelled": self.cancelled,
         }
@@ -123,7 +142,7 @@ class FixedModel:
         req.prefill_start_ns = req.arrival_ns
         if req.max_tokens <= 0:
             req.finished = True
-            req.wake.set()
+            req.notify()
             return
         self._push(req.arrival_ns + self.ttft_ns, req)
 

@@ -322,7 +322,7 @@ class RooflineModel:
             self._free(s)
         else:
             self._waiting.remove(s)
-        req.wake.set()
+        req.notify()
 
     def stats(self) -> dict[str, float]:
         c = self._c
@@ -501,7 +501,7 @@ class RooflineModel:
             if s.computed == s.prompt_len + r.emitted:
                 if r.prefill_end_ns is None:
                     r.prefill_end_ns = stamp
-                r.emit(1 if r.max_tokens > 0 else 0, stamp)
+                r.emit(1 if r.max_tokens > 0 else 0, stamp, end)
                 self._c["gen"] += 1 if r.max_tokens > 0 else 0
                 if r.finished:
                     s.done = finished = True

@@ -259,8 +259,7 @@ class SimServer:
         self, req: SimRequest, body: dict[str, Any], chat: bool, finish: str, stops: list[str]
     ) -> web.Response:
         while not req.finished:
-            req.wake.clear()
-            await req.wake.wait()
+            await req.wait()
         words = [WORDS[_word_index(req, k)] for k in range(req.emitted)]
         text, n, finish = _apply_stop("".join(" " + w for w in words), n_words=len(words), stops=stops, finish=finish)
         created = int(time.time())
@@ -294,8 +293,7 @@ class SimServer:
         try:
             while True:
                 if req.emitted <= sent and not req.finished:
-                    req.wake.clear()
-                    await req.wake.wait()
+                    await req.wait()
                 ready = req.emitted
                 if not req.finished and ready - sent < cfg.tokens_per_chunk:
                     continue
@@ -337,6 +335,7 @@ class SimServer:
                     out = held + out
                     held = []
                 if out:
+                    req.written_ns.extend([time.perf_counter_ns()] * (sent - len(req.written_ns)))
                     await resp.write(b"".join(out))
                 if req.finished and sent >= req.emitted:
                     break
