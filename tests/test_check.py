@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,33 +16,17 @@ from loadgen.cli.main import main as cli_main
 from loadgen.sim.faults import parse_faults
 from loadgen.sim.model import FixedModel
 from loadgen.sim.server import SimConfig, SimServer
+from loadgen.sim.thread import serve_in_thread
 from loadgen.tokenizer import BUILTIN
 
 
 @contextmanager
 def sim(faults: str = "", **config: object) -> Iterator[str]:
     """A fast fixed-latency simulator (TTFT 10 ms, ITL 2 ms) served from a thread on loopback."""
-    loop = asyncio.new_event_loop()
     cfg = SimConfig(faults=parse_faults(faults), max_model_len=4096, **config)  # type: ignore[arg-type]
     server = SimServer(FixedModel(0.01, 0.002), cfg)
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(server.stop())
-        loop.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert ready.wait(10)
-    try:
-        yield server.url
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(10)
+    with serve_in_thread(server) as url:
+        yield url
 
 
 def check(url: str, **kw: object) -> tuple[Outcome, dict[str, str]]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -338,27 +336,11 @@ def thread_sim(ttft_ms: float, itl_ms: float) -> Iterator[str]:
     """The simulator with a fixed-latency model, served from a thread on loopback."""
     from loadgen.sim.model import FixedModel
     from loadgen.sim.server import SimConfig, SimServer
+    from loadgen.sim.thread import serve_in_thread
 
-    loop = asyncio.new_event_loop()
     server = SimServer(FixedModel(ttft_ms / 1e3, itl_ms / 1e3), SimConfig())
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(server.stop())
-        loop.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert ready.wait(10)
-    try:
-        yield server.url
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(10)
+    with serve_in_thread(server) as url:
+        yield url
 
 
 def _sim_run(url: str, out: Path) -> Path:
