@@ -122,6 +122,9 @@ class _Inflight:
         self.why: str | None = None
 
 
+_STALE_RETRIES = 64  # each failed try drops one dead pooled connection; a fresh one ends it
+
+
 class Engine:
     def __init__(
         self,
@@ -166,6 +169,7 @@ class Engine:
         )
         trace = aiohttp.TraceConfig()
         trace.on_request_headers_sent.append(self._on_sent)
+        trace.on_connection_reuseconn.append(self._on_reuse)
         async with aiohttp.ClientSession(
             connector=connector,
             timeout=timeout,
@@ -324,12 +328,11 @@ class Engine:
     async def _exchange(self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str],
                         me: _Inflight) -> None:
         clock = self.clock
-        ctx = SimpleNamespace(rec=rec)
+        ctx = SimpleNamespace(rec=rec, reused=False)
         rec.t_sent = clock()  # replaced by the moment the headers are written
         self.live.sent += 1
         try:
-            async with self._http.post(self.cfg.url + self.cfg.path, data=body, headers=headers,
-                                       trace_request_ctx=ctx) as resp:
+            async with await self._post(body, headers, ctx) as resp:
                 rec.t_headers = clock()
                 rec.http_status = resp.status
                 if resp.status != 200:
@@ -368,6 +371,31 @@ class Engine:
             rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
         except (aiohttp.ClientError, ValueError, OSError) as e:
             rec.status, rec.error = "client_error", redact(f"{type(e).__name__}: {e}", self._secrets)
+
+    async def _post(self, body: bytes, headers: dict[str, str], ctx: SimpleNamespace) -> aiohttp.ClientResponse:
+        """POST; again whenever it failed on a reused keep-alive connection before any answer.
+
+        A server may close an idle connection just as it is taken from the pool (llama.cpp
+        closes after every streamed answer while advertising keep-alive): the request then
+        never reached it, so sending it again is not a duplicate. Each such try drops one
+        dead pooled connection; a failure on a fresh connection, or after the answer began,
+        is never retried (it is the endpoint's and is recorded).
+        """
+        url = self.cfg.url + self.cfg.path
+        for _ in range(_STALE_RETRIES):
+            ctx.reused = False
+            try:
+                return await self._http.post(url, data=body, headers=headers, trace_request_ctx=ctx)
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                if not ctx.reused:
+                    raise
+        ctx.reused = False
+        return await self._http.post(url, data=body, headers=headers, trace_request_ctx=ctx)
+
+    async def _on_reuse(self, session: Any, trace_ctx: Any, params: Any) -> None:
+        ctx = trace_ctx.trace_request_ctx
+        if ctx is not None:
+            ctx.reused = True
 
     async def _on_sent(self, session: Any, trace_ctx: Any, params: Any) -> None:
         rec = getattr(trace_ctx.trace_request_ctx, "rec", None)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
@@ -31,6 +31,7 @@ from .errors import ConfigError, EndpointError
 from .records import STREAM_NAME, RecordWriter, compact
 from .schedule import Arrival, offsets_ns, shard_indices
 from .timing import SpinMeter
+from .urls import endpoint_label
 from .workload import Workload
 
 __all__ = ["RunSettings", "RunResult", "execute", "endpoint_label", "api_key_from_env", "target"]
@@ -58,6 +59,7 @@ class RunSettings:
     extra_body: dict[str, Any] = field(default_factory=dict)
     point: int = 0
     workers: int = 1  # client processes, each sending a shard of the schedule
+    server_metrics: str | None = None  # None/"auto": the endpoint's /metrics when it answers; "off"; a URL
 
     def __post_init__(self) -> None:
         if self.api not in ("chat", "completions"):
@@ -88,16 +90,6 @@ class RunResult:
     records: int
     client: dict[str, Any]
     interrupted: bool = False
-
-
-def endpoint_label(url: str) -> str:
-    """The URL as it may be written down: no user info, query or fragment."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def api_key_from_env(name: str | None) -> str | None:
@@ -276,6 +268,19 @@ def run_point(
     return run_sharded(settings, workload, url, model, run_dir, run_id, api_key=api_key, stem=stem)
 
 
+@contextmanager
+def scraping_server_metrics(settings: RunSettings, url: str, run_dir: Path, meta: dict[str, Any]) -> Iterator[None]:
+    """Scrape the server's Prometheus metrics into the run folder while the body runs."""
+    from .server_metrics import FILE_NAME, ScraperThread, resolve_option
+
+    scraper = ScraperThread(resolve_option(settings.server_metrics, url), 1.0, run_dir / FILE_NAME)
+    scraper.start()
+    try:
+        yield
+    finally:
+        meta["server_metrics"] = scraper.stop()
+
+
 async def simulator_health(url: str) -> dict[str, Any]:
     """Whether the built-in simulator kept up with its own model during the run."""
     from .prom import fetch_metrics, metrics_url
@@ -315,7 +320,8 @@ def execute(
             "started_wall_ns": time.time_ns(),
         }
         write_json(out / "run.json", meta)
-        client = run_point(settings, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine)
+        with scraping_server_metrics(settings, url, out, meta):
+            client = run_point(settings, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine)
         if is_sim:
             meta["simulator"].update(asyncio.run(simulator_health(url)))
     compact(out)

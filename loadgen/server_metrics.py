@@ -37,6 +37,7 @@ import aiohttp
 import orjson
 
 from .prom import metrics_url
+from .urls import endpoint_label
 
 __all__ = [
     "SERIES",
@@ -94,10 +95,11 @@ _DIRECT: dict[str, tuple[str, ...]] = {
                                 "tgi_request_success"),
 }
 
-# One pass in C over the whole text: engine-prefixed samples, histogram buckets and
-# _created stamps excluded by lookbehind, so Python only touches the lines it keeps.
+# One pass in C over the whole text: engine-prefixed samples, with histogram buckets and
+# _created stamps refused up front by a lookahead, so Python only touches the lines it
+# keeps (~0.6 ms for 60 KiB of vLLM histograms, once per interval).
 _SAMPLE = re.compile(
-    r"^((?:vllm:|llamacpp:|sglang:|tgi_)[A-Za-z0-9_:]*)(?<!_bucket)(?<!_created)"
+    r"^(?![^{ \t\n]*_(?:bucket|created)[{ \t])((?:vllm:|llamacpp:|sglang:|tgi_)[A-Za-z0-9_:]*)"
     r"(?:\{[^}\n]*\})?[ \t]+([^ \t\n]+)",
     re.MULTILINE,
 )
@@ -162,14 +164,6 @@ def resolve_option(option: str | None, base_url: str) -> str | None:
     return option
 
 
-def _label(url: str) -> str:
-    """The URL as it may be written down (no user info, query or fragment)."""
-    p = urlsplit(url)
-    host = p.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    return f"{p.scheme}://{host}{':' + str(p.port) if p.port else ''}{p.path}"
-
-
 class ServerMetricsScraper:
     """Scrape ``url`` every ``interval_s`` into ``out_path`` (JSON lines) as a background task.
 
@@ -228,11 +222,17 @@ class ServerMetricsScraper:
             await self._http.close()
             self._http = None
             return False
+        if self.out_path is not None:
+            try:
+                self.out_path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.out_path, "ab")  # noqa: SIM115 - closed in stop()
+            except OSError as e:
+                self.reason = f"cannot write {self.out_path}: {e}"
+                await self._http.close()
+                self._http = None
+                return False
         self.enabled = True
         self.engine = detect_engine(row["raw"])
-        if self.out_path is not None:
-            self.out_path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.out_path, "ab")  # noqa: SIM115 - closed in stop()
         self._keep(row)
         self._task = asyncio.get_running_loop().create_task(self._loop())
         return True
@@ -254,7 +254,7 @@ class ServerMetricsScraper:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"url": _label(self.url), "enabled": self.enabled, "interval_s": self.interval_s}
+        out: dict[str, Any] = {"url": endpoint_label(self.url), "enabled": self.enabled, "interval_s": self.interval_s}
         if not self.enabled:
             out["reason"] = self.reason
             return out
@@ -343,7 +343,11 @@ class ScraperThread:
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="loadgen-server-metrics", daemon=True)
         self._thread.start()
-        return asyncio.run_coroutine_threadsafe(self._scraper.start(), loop).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(self._scraper.start(), loop).result()
+        except Exception as e:  # server metrics are an aid: their failure never stops a run
+            self._scraper.reason = f"{type(e).__name__}: {e}"
+            return False
 
     def stop(self) -> dict[str, Any]:
         """The summary (``{"enabled": False, "reason": "off"}`` when switched off)."""

@@ -34,6 +34,7 @@ from .runner import (
     host_info,
     new_run_id,
     run_point,
+    scraping_server_metrics,
     settings_json,
     simulator_health,
     target,
@@ -171,19 +172,20 @@ def run_sweep(
         result = SweepResult(out, run_id, [])
         history: list[tuple[Step, Observation]] = []
         try:
-            while (step := _steps(settings, history)) is not None:
-                k = len(history)
-                point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), url, model, out,
-                                   run_id, api_key, on_engine)
-                history.append((step, point.observation))
-                result.points.append(point)
-                meta["points"].append(_point_json(settings, step, k, point))
-                write_json(out / "run.json", meta)
-                if on_point:
-                    on_point(point)
-                if point.client.get("interrupted"):
-                    result.interrupted = True
-                    break
+            with scraping_server_metrics(settings.base, url, out, meta):
+                while (step := _steps(settings, history)) is not None:
+                    k = len(history)
+                    point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), url, model, out,
+                                       run_id, api_key, on_engine)
+                    history.append((step, point.observation))
+                    result.points.append(point)
+                    meta["points"].append(_point_json(settings, step, k, point))
+                    write_json(out / "run.json", meta)
+                    if on_point:
+                        on_point(point)
+                    if point.client.get("interrupted"):
+                        result.interrupted = True
+                        break
             if settings.plan.mode == "auto":
                 meta["sweep"]["search_end"] = search_end(settings.plan.auto, history)
             if is_sim:

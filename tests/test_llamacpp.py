@@ -130,8 +130,6 @@ def test_server_metrics_scraped_through_a_run(llama: LlamaServer, tmp_path: Path
     assert len(series) >= 5 and max(s["running"] for s in series) >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="engine reuses a keep-alive connection llama.cpp closes after every "
-                                       "streamed answer (see docs/llamacpp.md); remove this mark with the fix")
 def test_closed_loop_survives_a_server_that_closes_after_each_stream(llama: LlamaServer, tmp_path: Path) -> None:
     settings = RunSettings(endpoint=llama.url, model=None, arrival=Arrival("closed", concurrency=2),
                            duration_s=None, requests=20)

@@ -68,6 +68,11 @@ def make_run(folder: Path, rates: tuple[float, ...] = (2.0, 4.0, 8.0), n: int = 
                        "salt": f"p{k}", "client": {"cpu_utilisation": 0.1, "loop_lag_max_ms": 1.0}})
         t0 += int((n / rate + 5) * 1e9)
     pq.write_table(pa.Table.from_batches([to_batch(records)]), folder / "records.parquet")
+    # what the server said meanwhile, one scrape a second (as server_metrics.py writes it)
+    start = 1_000_000_000_000
+    scrapes = [{"t_ns": start + i * 1_000_000_000, "running": float(i % 7), "waiting": float(i % 3),
+                "kv_cache_usage": (i % 10) / 10} for i in range((t0 - start) // 1_000_000_000)]
+    (folder / "server_metrics.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in scrapes) + b"\n")
     settings = settings_json(RunSettings(endpoint="http://vendor.example/v1", model=EVIL))
     meta: dict[str, Any] = {
         "run_id": run_id, "tool": {"name": "loadgen", "version": "test"}, "command": ["sweep", EVIL],

@@ -268,6 +268,23 @@ def test_a_server_that_dies_mid_run_gives_error_rows_not_a_crash(tmp_path: Path)
     assert any("error" in r for r in rows)
 
 
+def test_an_unwritable_run_folder_turns_it_off_not_the_run(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+
+    async def main() -> dict:
+        sim = SimServer(FixedModel())
+        url = await sim.start()
+        try:
+            scraper = ServerMetricsScraper(metrics_url(url), interval_s=0.1, out_path=tmp_path / "file" / FILE_NAME)
+            assert not await scraper.start()
+            return await scraper.stop()
+        finally:
+            await sim.stop()
+
+    summary = asyncio.run(main())
+    assert summary["enabled"] is False and "cannot write" in summary["reason"]
+
+
 def test_a_non_metrics_answer_turns_it_off(tmp_path: Path) -> None:
     async def main() -> dict:
         sim = SimServer(FixedModel())
@@ -284,9 +301,6 @@ def test_a_non_metrics_answer_turns_it_off(tmp_path: Path) -> None:
 
 # -- against llama.cpp ------------------------------------------------------------------------
 
-pytestmark_llama = pytest.mark.skipif(not have_xllamacpp(), reason="xllamacpp (the [test] extra) is not installed")
-
-
 @pytest.fixture(scope="module")
 def llama_one_slot() -> Iterator[LlamaServer]:
     """One slot, so concurrent requests queue in llama.cpp (requests_deferred)."""
@@ -296,7 +310,6 @@ def llama_one_slot() -> Iterator[LlamaServer]:
         yield server
 
 
-@pytestmark_llama
 def test_scraper_thread_sees_llamacpp_queue_and_counters(llama_one_slot: LlamaServer, tmp_path: Path) -> None:
     url = llama_one_slot.url
 

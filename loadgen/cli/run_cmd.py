@@ -21,6 +21,9 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
                         "else the built-in simulator started on loopback)")
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
     g.add_argument("--api", choices=("chat", "completions"), default="chat", help="API to call")
+    g.add_argument("--server-metrics", default=None, metavar="URL|off",
+                   help="scrape the server's Prometheus metrics every second into server_metrics.jsonl "
+                        "(default: the endpoint's /metrics, when it answers)")
     g.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="read the API key from $NAME (default $OPENAI_API_KEY); it is never written anywhere")
 
@@ -148,6 +151,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         cooldown_s=args.cooldown, timeouts=timeouts(args), ignore_eos=args.ignore_eos,
         keep_text=args.keep_text, max_inflight=args.max_inflight, drain_s=args.drain,
         lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args), workers=args.workers,
+        server_metrics=args.server_metrics,
     )
 
 

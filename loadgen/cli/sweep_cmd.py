@@ -156,6 +156,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         seed=args.seed, warmup_s=args.warmup, timeouts=timeouts(args), ignore_eos=args.ignore_eos,
         keep_text=args.keep_text, max_inflight=args.max_inflight, drain_s=args.drain,
         lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args), workers=args.workers,
+        server_metrics=args.server_metrics,
     )
     return SweepSettings(base=base, plan=plan, slo=slo, slo_name=slo_name, gpus=args.gpus,
                          prices=parse_prices(args.price_per_gpu_hour), point_salt=args.point_salt, salt=args.salt)

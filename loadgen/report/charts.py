@@ -363,6 +363,35 @@ def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float,
 
 
 @_styled
+def server_chart(t_s: Sequence[float], running: Sequence[float | None], waiting: Sequence[float | None],
+                 kv_usage: Sequence[float | None]) -> Figure:
+    """What the server reported over the run (its /metrics): requests running and waiting, KV-cache use."""
+    fig = _figure(h=2.8, right=2.8)
+    ax = _axes(fig)
+    if not len(t_s):
+        _empty(ax, "the server exposed no metrics (or --server-metrics off)")
+        return fig
+    t = np.asarray(t_s, dtype=float)
+
+    def arr(v: Sequence[float | None]) -> np.ndarray:
+        return np.array([np.nan if x is None else x for x in v], dtype=float)
+
+    ax.plot(t, arr(running), color=COLORS[0], lw=1.2, label="running")
+    ax.plot(t, arr(waiting), color=COLORS[1], lw=1.2, label="waiting")
+    ax.set_ylabel("requests")
+    ax.set_xlabel("seconds since the first scheduled request")
+    tw = ax.twinx()
+    tw.grid(False)
+    tw.plot(t, 100 * arr(kv_usage), color=COLORS[3], lw=1, ls="--", label="KV cache %")
+    tw.set_ylabel("KV cache used %")
+    tw.spines["right"].set_visible(True)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = tw.get_legend_handles_labels()
+    _legend_right(tw, h1 + h2, l1 + l2, x=1.12)
+    return fig
+
+
+@_styled
 def errors_chart(labels: Sequence[str], by_status: Sequence[dict[str, int]]) -> Figure:
     """Failed requests per point, stacked by status (ok excluded)."""
     statuses = sorted({k for d in by_status for k, v in d.items() if v and k != "ok"})

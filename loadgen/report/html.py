@@ -22,13 +22,14 @@ import pyarrow.compute as pc
 
 from ..metrics import timeseries
 from ..resources import builtin_dir
+from ..server_metrics import load_server_metrics
 from ..stats import Dist
 from . import charts
 from .points import PointFigures, RunAnalysis, analyze_run, latency_samples
 
 __all__ = ["write_report", "render_html", "page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html", "CHART_IDS"]
 
-CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "errors")
+CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "server", "errors")
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _MAX_CDF_POINTS = 8
 _FALLBACK_CSS = "body{font-family:sans-serif;max-width:1180px;margin:auto}table{border-collapse:collapse}"
@@ -155,6 +156,9 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
                     "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k)."),
         figure_html("timeseries", charts.to_svg(_timeseries(a)),
                     "The whole run over time; dotted lines mark where each load point started."),
+        figure_html("server", charts.to_svg(_server(a)),
+                    "What the server reported over the same time axis (its Prometheus /metrics, scraped every "
+                    "second): requests running and waiting, and KV-cache use."),
         figure_html("errors", charts.to_svg(_errors(a)), "Requests that did not succeed, per point and status."),
         "</section>",
         _error_detail(a),
@@ -355,6 +359,15 @@ def _timeseries(a: RunAnalysis) -> Any:
             if sub.num_rows:
                 marks.append(((int(pc.min(sub.column("t_sched")).as_py()) - t0) / 1e9, f"#{p.index}"))
     return charts.timeseries_chart(timeseries(t, interval), marks=marks)
+
+
+def _server(a: RunAnalysis) -> Any:
+    rows = [r for r in load_server_metrics(a.run_dir) or [] if "error" not in r and r.get("t_ns")]
+    if not rows or a.table.num_rows == 0:
+        return charts.server_chart([], [], [], [])
+    t0 = int(pc.min(a.table.column("t_sched")).as_py())
+    return charts.server_chart([(r["t_ns"] - t0) / 1e9 for r in rows], [r.get("running") for r in rows],
+                               [r.get("waiting") for r in rows], [r.get("kv_cache_usage") for r in rows])
 
 
 def _errors(a: RunAnalysis) -> Any:
