@@ -35,15 +35,13 @@ import pyarrow.compute as pc
 from scipy import stats as _sps
 
 from .ci_outputs import Case, Outcome, overall_status
+from .columns import Cols, itl_icl, ms  # the samples come from the same code as summarize()'s
 from .errors import ConfigError
-from .metrics import (  # _Cols, _itl_icl, _ms: private on purpose, samples come from summarize()'s own code
+from .metrics import (
     SLO,
     MetricsError,
     Summary,
     Window,
-    _Cols,
-    _itl_icl,
-    _ms,
     choose_window,
     summarize,
     validity_warnings,
@@ -118,7 +116,7 @@ class Point:
     # -- samples, each by the definitions of metrics.summarize ------------------------
     def _base(self) -> dict[str, Any]:
         if "base" not in self._cache:
-            c = _Cols.of(self.table)
+            c = Cols.of(self.table)
             w = self.window
             inwin = w.contains(c.t_sched)
             (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
@@ -126,11 +124,11 @@ class Point:
             nan = np.full(c.n, np.nan)
             ttft, tpot, e2e = nan.copy(), nan.copy(), nan.copy()
             a = c.ok & has_first & (c.out >= 1)
-            ttft[a] = _ms(first[a], c.t_sched[a])
+            ttft[a] = ms(first[a], c.t_sched[a])
             a = c.ok & has_first & has_last & (c.out >= 2)
-            tpot[a] = _ms(last[a], first[a]) / (c.out[a] - 1)
+            tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
             a = c.ok & has_done
-            e2e[a] = _ms(done[a], c.t_sched[a])
+            e2e[a] = ms(done[a], c.t_sched[a])
             self._cache["base"] = dict(c=c, inwin=inwin, sent=sent, has_sent=has_sent, first=first,
                                        has_first=has_first, done=done, has_done=has_done, ttft=ttft, tpot=tpot,
                                        e2e=e2e)
@@ -151,16 +149,16 @@ class Point:
             return x[~np.isnan(x)]
         if metric == "ttft_sent":
             m = inwin & ~np.isnan(b["ttft"]) & b["has_sent"]
-            return _ms(b["first"][m], b["sent"][m])
+            return ms(b["first"][m], b["sent"][m])
         if metric == "per_user_tps":
             x = b["tpot"][inwin]
             x = x[~np.isnan(x)]
             return 1000.0 / x[x > 0]
         if metric == "schedule_lag":
             m = inwin & b["has_sent"]
-            return _ms(b["sent"][m], c.t_sched[m])
+            return ms(b["sent"][m], c.t_sched[m])
         if metric in ("itl", "icl"):
-            itl, icl = _itl_icl(c, inwin & c.ok)
+            itl, icl = itl_icl(c, inwin & c.ok)
             return itl if metric == "itl" else icl
         if metric == "session_duration":
             return self._sessions()

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from hdrh.histogram import HdrHistogram
 
+from .columns import Cols, int_column, itl_icl, ms
 from .records import STATUSES
 from .stats import Dist, describe, json_number, min_samples_bounded
 
@@ -32,21 +30,13 @@ __all__ = [
     "Window",
     "SLO",
     "Summary",
-    "IntervalHistograms",
     "choose_window",
     "summarize",
     "validity_warnings",
     "summary_to_json",
-    "timeseries",
-    "interval_histograms",
-    "iter_interval_histograms",
-    "hist_percentile",
-    "HIST_HIGHEST_US",
+    "latency_samples",
 ]
 
-# HdrHistogram range: 1 us .. 1 hour, 3 significant digits (0.1 % relative error).
-HIST_HIGHEST_US = 3_600_000_000
-_HIST_DIGITS = 3
 _EXAMPLES = 5
 _ERROR_CHARS = 160
 _EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
@@ -54,105 +44,6 @@ _EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
 
 class MetricsError(ValueError):
     """Records or options that cannot give a meaningful figure (e.g. an empty window)."""
-
-
-# --------------------------------------------------------------------------- columns
-
-
-@dataclass
-class _Cols:
-    """The table's columns as numpy arrays (ints with a validity mask, never NaN)."""
-
-    n: int
-    t_sched: np.ndarray
-    t: dict[str, tuple[np.ndarray, np.ndarray]]  # t_sent/t_first/t_last/t_done -> (ns, valid)
-    status: np.ndarray
-    ok: np.ndarray
-    out: np.ndarray
-    ints: dict[str, tuple[np.ndarray, np.ndarray]]
-    source: np.ndarray
-    finish: np.ndarray
-    error: np.ndarray
-    c_owner: np.ndarray  # per output-carrying chunk: its row
-    c_ns: np.ndarray
-    c_tok: np.ndarray
-    c_len: np.ndarray  # per row: number of chunks
-
-    @classmethod
-    def of(cls, table: pa.Table) -> _Cols:
-        n = table.num_rows
-        status = _strings(table, "status")
-        owner, ns, tok, lens = _chunks(table)
-        ints = (
-            "prompt_tokens_requested",
-            "prompt_tokens_reported",
-            "output_tokens_requested",
-            "output_tokens_reported",
-            "http_status",
-        )
-        return cls(
-            n=n,
-            t_sched=_int(table, "t_sched")[0],
-            t={k: _int(table, k) for k in ("t_sent", "t_first", "t_last", "t_done")},
-            status=status,
-            ok=status == "ok",
-            out=_int(table, "output_tokens")[0],
-            ints={k: _int(table, k) for k in ints},
-            source=_strings(table, "output_tokens_source"),
-            finish=_strings(table, "finish_reason"),
-            error=_strings(table, "error"),
-            c_owner=owner,
-            c_ns=ns,
-            c_tok=tok,
-            c_len=lens,
-        )
-
-
-def _int(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    col = table.column(name)
-    valid = np.asarray(col.is_valid().to_numpy(), dtype=bool)
-    return np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=np.int64), valid
-
-
-def _strings(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(), dtype=object)
-
-
-def _list_col(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    arr = table.column(name).combine_chunks()
-    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
-    vals = np.asarray(pc.fill_null(arr.flatten(), 0).to_numpy(), dtype=np.int64)
-    return vals, lens
-
-
-def _chunks(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Flattened chunk arrays. A row whose token list does not match its arrival
-    list (a malformed record) falls back to one token per chunk."""
-    ns, lens = _list_col(table, "chunk_ns")
-    tok_vals, tok_lens = _list_col(table, "chunk_tokens")
-    rows = np.arange(table.num_rows)
-    owner = np.repeat(rows, lens)
-    if np.array_equal(lens, tok_lens):
-        tok = tok_vals
-    else:
-        good = lens == tok_lens
-        tok = np.ones(ns.size, dtype=np.int64)
-        tok[good[owner]] = tok_vals[good[np.repeat(rows, tok_lens)]]
-    return owner, ns, tok, lens
-
-
-def _gaps(owner: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(gap to the previous chunk of the same request, mask of chunks that have one)."""
-    has_prev = np.zeros(owner.size, dtype=bool)
-    has_prev[1:] = owner[1:] == owner[:-1]
-    gap = np.zeros(ns.size, dtype=np.int64)
-    gap[1:] = np.diff(ns)
-    return gap, has_prev
-
-
-def _ms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(a - b) in ms; the int64 difference is taken first so ns precision is kept."""
-    return (a - b).astype(np.float64) / 1e6
 
 
 # --------------------------------------------------------------------------- window
@@ -216,7 +107,7 @@ def choose_window(
         warmup_requests=warmup_requests,
         cooldown_requests=cooldown_requests,
     )
-    ts = np.sort(_int(table, "t_sched")[0])
+    ts = np.sort(int_column(table, "t_sched")[0])
     n = ts.size
     if n == 0:
         return Window(0, 0, 0, **opts, how="no requests")
@@ -251,8 +142,19 @@ def choose_window(
     return Window(start, end, first, **opts, how=how)
 
 
+def latency_samples(table: pa.Table, window: Window) -> dict[str, np.ndarray]:
+    """Sorted TTFT (per request) and ITL (per token) samples in ms of the ok requests scheduled
+    in ``window``: exactly what ``summarize`` folds into its percentiles (for CDF charts)."""
+    c = Cols.of(table)
+    rows = window.contains(c.t_sched) & c.ok
+    first, has_first = c.t["t_first"]
+    sel = rows & has_first & (c.out >= 1)
+    itl, _ = itl_icl(c, rows)
+    return {"ttft": np.sort(ms(first[sel], c.t_sched[sel])), "itl": np.sort(itl)}
+
+
 def _valid(table: pa.Table, name: str) -> np.ndarray:
-    vals, ok = _int(table, name)
+    vals, ok = int_column(table, name)
     return vals[ok]
 
 
@@ -360,7 +262,7 @@ class Summary:
 
 def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = None) -> Summary:
     """Fold the records into a Summary; the window defaults to the whole schedule span."""
-    c = _Cols.of(table)
+    c = Cols.of(table)
     w = window if window is not None else choose_window(table)
     length = w.length_s
     inwin = w.contains(c.t_sched)
@@ -375,13 +277,13 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
     a_e2e = c.ok & has_done
     a_tpot = c.ok & has_first & has_last & (c.out >= 2)
     ttft, e2e, tpot = nan.copy(), nan.copy(), nan.copy()
-    ttft[a_ttft] = _ms(first[a_ttft], c.t_sched[a_ttft])
-    e2e[a_e2e] = _ms(done[a_e2e], c.t_sched[a_e2e])
-    tpot[a_tpot] = _ms(last[a_tpot], first[a_tpot]) / (c.out[a_tpot] - 1)
+    ttft[a_ttft] = ms(first[a_ttft], c.t_sched[a_ttft])
+    e2e[a_e2e] = ms(done[a_e2e], c.t_sched[a_e2e])
+    tpot[a_tpot] = ms(last[a_tpot], first[a_tpot]) / (c.out[a_tpot] - 1)
     m_ttft, m_e2e, m_tpot = a_ttft & inwin, a_e2e & inwin, a_tpot & inwin
     m_lag = inwin & has_sent
     m_ts = m_ttft & has_sent
-    itl, icl = _itl_icl(c, okw)
+    itl, icl = itl_icl(c, okw)
     tp = tpot[m_tpot]
 
     chunk_in = w.contains(c.c_ns)
@@ -410,9 +312,9 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
         failed=n_in - counts.get("ok", 0) - counts.get("cancelled", 0),
         cancelled=counts.get("cancelled", 0),
         window_s=length,
-        schedule_lag=describe(_ms(sent[m_lag], c.t_sched[m_lag])),
+        schedule_lag=describe(ms(sent[m_lag], c.t_sched[m_lag])),
         ttft=describe(ttft[m_ttft]),
-        ttft_sent=describe(_ms(first[m_ts], sent[m_ts])),
+        ttft_sent=describe(ms(first[m_ts], sent[m_ts])),
         e2e=describe(e2e[m_e2e]),
         tpot=describe(tp),
         itl=describe(itl),
@@ -448,22 +350,7 @@ def _mean(x: np.ndarray) -> float:
     return float(np.mean(x)) if x.size else math.nan
 
 
-def _itl_icl(c: _Cols, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ITL: a chunk of k tokens arriving g after the previous token-carrying chunk
-    gives k samples of g/k (zero-token chunks are skipped, so their time goes to
-    the next token). ICL: raw gaps between consecutive output chunks."""
-    sel = rows[c.c_owner]
-    owner, ns, tok = c.c_owner[sel], c.c_ns[sel], c.c_tok[sel]
-    gap, has_prev = _gaps(owner, ns)
-    icl = gap[has_prev] / 1e6
-    t = tok > 0
-    gap, has_prev = _gaps(owner[t], ns[t])
-    k = tok[t][has_prev]
-    itl = np.repeat(gap[has_prev] / 1e6 / k, k)
-    return itl, icl
-
-
-def _prompt_tokens(c: _Cols, rows: np.ndarray) -> int:
+def _prompt_tokens(c: Cols, rows: np.ndarray) -> int:
     """Prompt tokens processed: the endpoint's reported count where given (it says it
     read them, whatever the outcome), else the requested count for ok requests."""
     req, has_req = c.ints["prompt_tokens_requested"]
@@ -473,7 +360,7 @@ def _prompt_tokens(c: _Cols, rows: np.ndarray) -> int:
     return int(rep[use_rep].sum() + req[use_req].sum())
 
 
-def _token_fields(c: _Cols, inwin: np.ndarray, okw: np.ndarray) -> dict[str, Any]:
+def _token_fields(c: Cols, inwin: np.ndarray, okw: np.ndarray) -> dict[str, Any]:
     req, has_req = c.ints["prompt_tokens_requested"]
     rep, has_rep = c.ints["prompt_tokens_reported"]
     both = inwin & has_req & has_rep
@@ -498,7 +385,7 @@ def _token_fields(c: _Cols, inwin: np.ndarray, okw: np.ndarray) -> dict[str, Any
     )
 
 
-def _error_fields(c: _Cols, inwin: np.ndarray) -> dict[str, Any]:
+def _error_fields(c: Cols, inwin: np.ndarray) -> dict[str, Any]:
     bad = inwin & ~c.ok
     http, has_http = c.ints["http_status"]
     http_keys = np.where(has_http[bad], http[bad].astype(str), "none")
@@ -600,177 +487,3 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-# --------------------------------------------------------------------------- time series
-
-
-@dataclass
-class IntervalHistograms:
-    """Latency histograms (microseconds, 3 significant digits) of one interval.
-
-    TTFT by the interval of the first token, ITL by the interval of the chunk,
-    E2E by the interval of completion; ok requests only. Intervals (or worker
-    shards aligned on the same ``t0_ns``) merge exactly with ``HdrHistogram.add``.
-    """
-
-    start_ns: int
-    ttft: HdrHistogram
-    itl: HdrHistogram
-    e2e: HdrHistogram
-
-
-def hist_percentile(h: HdrHistogram, p: float) -> int:
-    """``h.get_value_at_percentile(p)`` computed with numpy (the library walks
-    every counter in Python, ~2 ms a call)."""
-    counts = np.ctypeslib.as_array(h.counts)
-    idx = int(np.searchsorted(np.cumsum(counts), h.get_target_count_at_percentile(p)))
-    if idx >= counts.size:
-        return 0
-    return int(h.get_highest_equivalent_value(h.get_value_from_index(idx)))
-
-
-@dataclass
-class _Sparse:
-    """Values already quantised to HdrHistogram bins, grouped by interval, so a
-    histogram is filled with one ``record_value`` per distinct bin."""
-
-    bucket: np.ndarray  # sorted
-    value: np.ndarray  # lowest equivalent value, us
-    count: np.ndarray
-
-    @classmethod
-    def of(cls, bucket: np.ndarray, ms: np.ndarray, counts: np.ndarray | None = None) -> _Sparse:
-        v = np.clip(np.rint(ms * 1000.0), 0, HIST_HIGHEST_US).astype(np.int64)
-        # Below 2048 us bins are exact; above, the top 11 bits are kept.
-        shift = np.maximum(np.frexp(v.astype(np.float64))[1] - 11, 0)
-        v = (v >> shift) << shift
-        key = bucket.astype(np.int64) * (HIST_HIGHEST_US + 1) + v
-        w = np.ones(v.size) if counts is None else counts.astype(np.float64)
-        uniq, inv = np.unique(key, return_inverse=True)
-        total = np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64)
-        b, val = np.divmod(uniq, HIST_HIGHEST_US + 1)
-        return cls(b, val, total)
-
-    def hist(self, i: int) -> HdrHistogram:
-        h = HdrHistogram(1, HIST_HIGHEST_US, _HIST_DIGITS)
-        lo, hi = np.searchsorted(self.bucket, [i, i + 1])
-        _fill(h, self.value[lo:hi], self.count[lo:hi])
-        return h
-
-
-def _fill(h: HdrHistogram, values: np.ndarray, counts: np.ndarray) -> None:
-    """``h.record_value(v, n)`` for each pair, vectorised.
-
-    ``record_value`` costs ~7 us in Python, too slow for a million ITL samples,
-    so the counter index is computed as the library does and the counters are
-    added in place; tests pin this to per-value recording.
-    """
-    if values.size == 0:
-        return
-    v = values.astype(np.int64)
-    bits = np.frexp((v | h.sub_bucket_mask).astype(np.float64))[1]  # bit length
-    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
-    sub = v >> (bucket + h.unit_magnitude)
-    idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub - h.sub_bucket_half_count
-    np.add.at(np.ctypeslib.as_array(h.counts), idx, counts.astype(np.uint64))
-    h.total_count += int(counts.sum())
-    h.min_value = min(h.min_value, int(v.min()))
-    h.max_value = max(h.max_value, int(v.max()))
-
-
-def _bucket(t_ns: np.ndarray, t0: int, step: int, nb: int) -> np.ndarray:
-    return np.clip((t_ns - t0) // step, 0, nb - 1)
-
-
-def _span(c: _Cols, t0: int) -> int:
-    ends = [int(c.t_sched.max())]
-    ends += [int(v[ok].max()) for v, ok in c.t.values() if ok.any()]
-    if c.c_ns.size:
-        ends.append(int(c.c_ns.max()))
-    return max(ends) - t0
-
-
-@dataclass
-class _Series:
-    t0: int
-    step: int
-    cols: dict[str, np.ndarray]
-    ttft: _Sparse
-    itl: _Sparse
-    e2e: _Sparse
-
-    def histograms(self, i: int) -> IntervalHistograms:
-        return IntervalHistograms(
-            self.t0 + i * self.step, self.ttft.hist(i), self.itl.hist(i), self.e2e.hist(i)
-        )
-
-
-def _series(table: pa.Table, interval_s: float, t0_ns: int | None) -> _Series | None:
-    if not (math.isfinite(interval_s) and interval_s > 0):
-        raise MetricsError(f"interval must be > 0 s, got {interval_s!r}")
-    c = _Cols.of(table)
-    if c.n == 0:
-        return None
-    t0 = int(c.t_sched.min()) if t0_ns is None else int(t0_ns)
-    step = max(round(interval_s * 1e9), 1)
-    nb = _span(c, t0) // step + 1
-    (sent, has_sent), (first, has_first), _, (done, has_done) = c.t.values()
-
-    def per(t: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return np.bincount(_bucket(t[mask], t0, step, nb), minlength=nb)
-
-    m = c.ok & has_first & (c.out >= 1)
-    ttft = _Sparse.of(_bucket(first[m], t0, step, nb), _ms(first[m], c.t_sched[m]))
-    m = c.ok & has_done
-    e2e = _Sparse.of(_bucket(done[m], t0, step, nb), _ms(done[m], c.t_sched[m]))
-    sel = c.ok[c.c_owner] & (c.c_tok > 0)
-    gap, has_prev = _gaps(c.c_owner[sel], c.c_ns[sel])
-    k = c.c_tok[sel][has_prev]
-    itl = _Sparse.of(_bucket(c.c_ns[sel][has_prev], t0, step, nb), gap[has_prev] / 1e6 / k, k)
-    cols = {
-        "sent": per(sent, has_sent),
-        "completed": per(done, c.ok & has_done),
-        "errors": per(np.where(has_done, done, c.t_sched), ~c.ok),
-        "in_flight": np.cumsum(per(sent, has_sent)) - np.cumsum(per(done, has_sent & has_done)),
-        "output_tokens": np.bincount(_bucket(c.c_ns, t0, step, nb), weights=c.c_tok, minlength=nb),
-    }
-    return _Series(t0, step, cols, ttft, itl, e2e)
-
-
-def iter_interval_histograms(
-    table: pa.Table, interval_s: float = 1.0, t0_ns: int | None = None
-) -> Iterator[IntervalHistograms]:
-    """Histograms per interval from ``t0_ns`` (default: first t_sched), built one
-    interval at a time (each set holds ~0.5 MB of counters)."""
-    series = _series(table, interval_s, t0_ns)
-    if series is not None:
-        for i in range(series.cols["sent"].size):
-            yield series.histograms(i)
-
-
-def interval_histograms(
-    table: pa.Table, interval_s: float = 1.0, t0_ns: int | None = None
-) -> list[IntervalHistograms]:
-    """All of ``iter_interval_histograms`` as a list (mind memory on long runs)."""
-    return list(iter_interval_histograms(table, interval_s, t0_ns))
-
-
-def timeseries(table: pa.Table, interval_s: float = 1.0) -> list[dict[str, Any]]:
-    """Per-interval rows from the first t_sched: requests sent, completed ok,
-    errors (by completion), in flight at the interval's end, output tok/s, and
-    TTFT/ITL p50/p99 in ms (from the HdrHistograms, so within 0.1 %; None when
-    no first token / chunk arrived in the interval)."""
-    series = _series(table, interval_s, None)
-    if series is None:
-        return []
-    rows = []
-    for i in range(series.cols["sent"].size):
-        row: dict[str, Any] = {"t_s": i * series.step / 1e9}
-        row.update({k: int(v[i]) for k, v in series.cols.items() if k != "output_tokens"})
-        row["output_tps"] = float(series.cols["output_tokens"][i]) / interval_s
-        for name, sp in (("ttft", series.ttft), ("itl", series.itl)):
-            h = sp.hist(i)
-            for p in (50, 99):
-                empty = h.get_total_count() == 0
-                row[f"{name}_p{p}_ms"] = None if empty else hist_percentile(h, p) / 1000
-        rows.append(row)
-    return rows

@@ -12,20 +12,17 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from loadgen.metrics import (
-    HIST_HIGHEST_US,
     SLO,
     MetricsError,
     Window,
-    _fill,
     choose_window,
-    hist_percentile,
-    interval_histograms,
+    latency_samples,
     summarize,
     summary_to_json,
-    timeseries,
     validity_warnings,
 )
 from loadgen.records import SCHEMA, Record, to_batch
+from loadgen.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, interval_histograms, timeseries
 
 BASE = 10**12  # perf_counter_ns values are large; keep the tests honest about that
 MS = 1_000_000
@@ -413,3 +410,24 @@ def test_large_table_is_fast() -> None:
     assert s.itl.n == n * (k - 1) and s.itl.pct(50)[0] == pytest.approx(5.0)
     assert s.output_tps == pytest.approx(k * 100, rel=0.02)
     assert len(rows) == 41
+
+
+def test_latency_samples_are_what_summarize_folds() -> None:
+    """The CDF charts draw these samples; their percentiles must be the summary's."""
+    rng = np.random.default_rng(5)
+    recs = []
+    for i in range(200):
+        t0 = BASE + i * 10_000_000
+        first = t0 + int(rng.integers(1, 80)) * 1_000_000
+        gaps_ns = rng.integers(1, 30, size=5) * 1_000_000
+        chunks = (first + np.concatenate([[0], np.cumsum(gaps_ns)])).tolist()
+        recs.append(Record(request=i, t_sched=t0, t_sent=t0, t_first=chunks[0], t_last=chunks[-1],
+                           t_done=chunks[-1] + 1, chunk_ns=chunks, chunk_tokens=[1, 2, 1, 1, 3, 1],
+                           output_tokens=9, status="ok" if i % 10 else "timeout"))
+    t = pa.Table.from_batches([to_batch(recs)])
+    w = choose_window(t)
+    s, got = summarize(t, w), latency_samples(t, w)
+    assert got["ttft"].size == s.ttft.n and got["itl"].size == s.itl.n
+    for p in (50, 90, 99):
+        assert np.percentile(got["itl"], p, method="inverted_cdf") == pytest.approx(s.itl.pct(p)[0])
+        assert np.percentile(got["ttft"], p, method="inverted_cdf") == pytest.approx(s.ttft.pct(p)[0])

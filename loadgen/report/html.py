@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from ..metrics import timeseries
+from ..metrics import latency_samples
 from ..resources import builtin_dir
 from ..server_metrics import load_server_metrics
 from ..stats import Dist
+from ..timeseries import timeseries
 from . import charts
-from .points import PointFigures, RunAnalysis, analyze_run, latency_samples
+from .points import PointFigures, RunAnalysis, analyze_run
 
 __all__ = ["write_report", "render_html", "page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html", "CHART_IDS"]
 

@@ -19,14 +19,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats as _sps
 
-from ..metrics import SLO, MetricsError, Summary, Window, choose_window, summarize, validity_warnings
+from ..metrics import (
+    SLO,
+    MetricsError,
+    Summary,
+    Window,
+    choose_window,
+    summarize,
+    validity_warnings,
+)
 from ..pareto import cost_per_million, frontier, per_gpu
 from ..records import read_records
 from ..runner import read_run_meta
 from ..sweep import AutoSearch, Capacity, attainment_interval, capacity_at_slo, observe, saturation_reason
 from .summary import client_warnings, simulator_warnings
 
-__all__ = ["PointFigures", "RunAnalysis", "analyze_run", "latency_samples", "rate_ci", "slo_from_json",
+__all__ = ["PointFigures", "RunAnalysis", "analyze_run", "rate_ci", "slo_from_json",
            "slo_to_json", "compact_warnings", "point_window"]
 
 _BATCHES = 8  # batch means for the throughput interval
@@ -164,34 +172,6 @@ def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tupl
     m, sd = float(per.mean()), float(per.std(ddof=1))
     half = float(_sps.t.ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)
     return (max(0.0, m - half), m + half)
-
-
-def latency_samples(table: pa.Table, w: Window) -> dict[str, np.ndarray]:
-    """Per-request TTFT and per-token ITL samples (ms) of ok requests scheduled in the window,
-    as metrics defines them, for CDF charts (the summary keeps only percentiles)."""
-    ok = np.asarray(pc.equal(table.column("status"), "ok").to_numpy(zero_copy_only=False), dtype=bool)
-    ts = np.asarray(pc.fill_null(table.column("t_sched"), 0).to_numpy(), dtype=np.int64)
-    rows = ok & (ts >= w.start_ns) & (ts < w.end_ns)
-    first = table.column("t_first")
-    has_first = np.asarray(first.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    t_first = np.asarray(pc.fill_null(first, 0).to_numpy(), dtype=np.int64)
-    sel = rows & has_first
-    ttft = (t_first[sel] - ts[sel]) / 1e6
-    sub = table.filter(pa.array(rows))
-    ns_col = sub.column("chunk_ns").combine_chunks()
-    tok_col = sub.column("chunk_tokens").combine_chunks()
-    lens = np.asarray(pc.fill_null(pc.list_value_length(ns_col), 0).to_numpy(), dtype=np.int64)
-    ns = np.asarray(pc.fill_null(ns_col.flatten(), 0).to_numpy(), dtype=np.int64)
-    tok = np.asarray(pc.fill_null(tok_col.flatten(), 0).to_numpy(), dtype=np.int64)
-    if tok.size != ns.size:  # a malformed row: count one token per chunk, as metrics does
-        tok = np.ones(ns.size, dtype=np.int64)
-    owner = np.repeat(np.arange(lens.size), lens)
-    keep = tok > 0  # zero-token chunks pass their time to the next token
-    owner, ns, tok = owner[keep], ns[keep], tok[keep]
-    same = owner[1:] == owner[:-1]
-    k = tok[1:][same]
-    itl = np.repeat(np.diff(ns)[same] / 1e6 / k, k)
-    return {"ttft": np.sort(ttft), "itl": np.sort(itl)}
 
 
 def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0) -> tuple[Window, str | None]:

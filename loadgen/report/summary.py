@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..metrics import SLO, Summary, choose_window, summarize, summary_to_json, timeseries, validity_warnings
+from ..metrics import SLO, Summary, choose_window, summarize, summary_to_json, validity_warnings
 from ..records import read_records
 from ..runner import read_run_meta, write_json
 from ..stats import Dist
+from ..timeseries import timeseries
 
 __all__ = ["RunReport", "summarize_run", "client_warnings", "latency_table"]
 

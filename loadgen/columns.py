@@ -1,0 +1,130 @@
+"""The records' columns as numpy arrays, converted once, and the per-chunk gaps.
+
+Shared by ``metrics`` (the figures), ``timeseries`` and ``gate`` (which needs the
+samples themselves), so every caller derives TTFT, ITL and the rest from the same
+code: the definitions of DESIGN.md live in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Cols", "ms", "gaps", "itl_icl", "int_column"]
+
+
+
+
+@dataclass
+class Cols:
+    """The table's columns as numpy arrays (ints with a validity mask, never NaN)."""
+
+    n: int
+    t_sched: np.ndarray
+    t: dict[str, tuple[np.ndarray, np.ndarray]]  # t_sent/t_first/t_last/t_done -> (ns, valid)
+    status: np.ndarray
+    ok: np.ndarray
+    out: np.ndarray
+    ints: dict[str, tuple[np.ndarray, np.ndarray]]
+    source: np.ndarray
+    finish: np.ndarray
+    error: np.ndarray
+    c_owner: np.ndarray  # per output-carrying chunk: its row
+    c_ns: np.ndarray
+    c_tok: np.ndarray
+    c_len: np.ndarray  # per row: number of chunks
+
+    @classmethod
+    def of(cls, table: pa.Table) -> Cols:
+        n = table.num_rows
+        status = _strings(table, "status")
+        owner, ns, tok, lens = _chunks(table)
+        ints = (
+            "prompt_tokens_requested",
+            "prompt_tokens_reported",
+            "output_tokens_requested",
+            "output_tokens_reported",
+            "http_status",
+        )
+        return cls(
+            n=n,
+            t_sched=int_column(table, "t_sched")[0],
+            t={k: int_column(table, k) for k in ("t_sent", "t_first", "t_last", "t_done")},
+            status=status,
+            ok=status == "ok",
+            out=int_column(table, "output_tokens")[0],
+            ints={k: int_column(table, k) for k in ints},
+            source=_strings(table, "output_tokens_source"),
+            finish=_strings(table, "finish_reason"),
+            error=_strings(table, "error"),
+            c_owner=owner,
+            c_ns=ns,
+            c_tok=tok,
+            c_len=lens,
+        )
+
+
+def int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    col = table.column(name)
+    valid = np.asarray(col.is_valid().to_numpy(), dtype=bool)
+    return np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=np.int64), valid
+
+
+def _strings(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(), dtype=object)
+
+
+def _list_col(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    arr = table.column(name).combine_chunks()
+    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
+    vals = np.asarray(pc.fill_null(arr.flatten(), 0).to_numpy(), dtype=np.int64)
+    return vals, lens
+
+
+def _chunks(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Flattened chunk arrays. A row whose token list does not match its arrival
+    list (a malformed record) falls back to one token per chunk."""
+    ns, lens = _list_col(table, "chunk_ns")
+    tok_vals, tok_lens = _list_col(table, "chunk_tokens")
+    rows = np.arange(table.num_rows)
+    owner = np.repeat(rows, lens)
+    if np.array_equal(lens, tok_lens):
+        tok = tok_vals
+    else:
+        good = lens == tok_lens
+        tok = np.ones(ns.size, dtype=np.int64)
+        tok[good[owner]] = tok_vals[good[np.repeat(rows, tok_lens)]]
+    return owner, ns, tok, lens
+
+
+def gaps(owner: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(gap to the previous chunk of the same request, mask of chunks that have one)."""
+    has_prev = np.zeros(owner.size, dtype=bool)
+    has_prev[1:] = owner[1:] == owner[:-1]
+    gap = np.zeros(ns.size, dtype=np.int64)
+    gap[1:] = np.diff(ns)
+    return gap, has_prev
+
+
+def ms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(a - b) in ms; the int64 difference is taken first so ns precision is kept."""
+    return (a - b).astype(np.float64) / 1e6
+
+
+
+def itl_icl(c: Cols, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ITL: a chunk of k tokens arriving g after the previous token-carrying chunk
+    gives k samples of g/k (zero-token chunks are skipped, so their time goes to
+    the next token). ICL: raw gaps between consecutive output chunks."""
+    sel = rows[c.c_owner]
+    owner, ns, tok = c.c_owner[sel], c.c_ns[sel], c.c_tok[sel]
+    gap, has_prev = gaps(owner, ns)
+    icl = gap[has_prev] / 1e6
+    t = tok > 0
+    gap, has_prev = gaps(owner[t], ns[t])
+    k = tok[t][has_prev]
+    itl = np.repeat(gap[has_prev] / 1e6 / k, k)
+    return itl, icl
