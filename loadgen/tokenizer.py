@@ -41,6 +41,7 @@ WORDS: tuple[str, ...] = tuple(
     begin help tell live change follow learn grow draw cut build send fall stand pay meet""".split()
     )
 )
+_SPACED = [" " + w for w in WORDS]  # decode joins these: no per-token string concatenation
 _WORD_ID = {w: i for i, w in enumerate(WORDS)}
 _PIECES = [" " + w for w in WORDS]
 _TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+$")
@@ -83,7 +84,8 @@ class BuiltinTokenizer:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        return "".join(" " + WORDS[i % len(WORDS)] for i in ids)
+        n = len(WORDS)
+        return "".join([_SPACED[i] if 0 <= i < n else _SPACED[i % n] for i in ids])
 
     def count(self, text: str) -> int:
         return sum(1 for p in _TOKEN_RE.findall(text) if p.strip())

@@ -30,7 +30,7 @@ import numpy as np
 from .errors import ConfigError, LoadgenError, SpecError
 from .session import Session, Turn
 from .specfile import Fields, apply_overrides, load_yaml
-from .tokenizer import BUILTIN, Tokenizer, get_tokenizer
+from .tokenizer import BUILTIN, WORDS, Tokenizer, get_tokenizer
 
 __all__ = [
     "Workload",
@@ -103,10 +103,9 @@ class SyntheticChat:
         return None
 
     def session(self, i: int) -> Session:
-        rng = np.random.default_rng([self.seed, i])
         n = self.input_tokens
         salt = f" {self.salt}_{i}" if self.salt else ""  # one token
-        body = BUILTIN.words(max(n - (1 if salt else 0), 0), rng)
+        body = BUILTIN.decode(_window(self.seed, i, max(n - (1 if salt else 0), 0)).tolist())
         return Session(
             session=i,
             turns=(Turn(text=salt + body, max_tokens=self.output_tokens, prompt_tokens=n),),
@@ -126,6 +125,25 @@ class SyntheticChat:
 
 
 # -- text --------------------------------------------------------------------------
+
+_STREAM_TOKENS = 1 << 20
+_streams: dict[int, np.ndarray] = {}
+
+
+def _window(seed: int, i: int, n: int) -> np.ndarray:
+    """``n`` word ids for session ``i``: a window of one random stream per seed, at an offset
+    that is a hash of ``i``. A pure function of (seed, i, n), and far cheaper per session
+    than seeding a generator (SyntheticChat sessions are built while a run sends)."""
+    stream = _streams.get(seed)
+    if stream is None:
+        stream = np.random.default_rng([seed, 0x7E47]).integers(0, len(WORDS), _STREAM_TOKENS, dtype=np.int16)
+        _streams[seed] = stream
+    if n > _STREAM_TOKENS:
+        return np.resize(np.roll(stream, -(i % _STREAM_TOKENS)), n)
+    h = (i * 0x9E3779B97F4A7C15 + seed) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 31
+    start = h % (_STREAM_TOKENS - n + 1)
+    return stream[start : start + n]
 
 
 class Memo:
