@@ -461,3 +461,58 @@ def test_a_loop_that_falls_behind_counts_lateness_without_shifting_times():
     assert st["late_steps_total"] >= 5 and st["max_lateness_seconds"] >= 0.04
     for k in range(1, 5):  # model times kept: not moved to the late real time
         assert r.model_ns[k] - r.model_ns[k - 1] == int(m.decode_step_s(1, 50 + k - 1) * 1e9)
+
+
+def test_headroom_spreads_a_burst_of_front_end_work_over_steps():
+    """Request handling waits for room between steps, so a burst does not land in one gap."""
+
+    async def main():
+        m = sim()
+        await m.start()
+        await m.headroom(10**9)  # idle: nothing to protect, returns at once
+        r = req("a", 50, 100_000, arrival_ns=time.perf_counter_ns())
+        m.submit(r)
+        await _until(lambda: r.emitted >= 2)
+        at: list[int] = []
+
+        async def handle() -> None:
+            await m.headroom(4_000_000)
+            at.append(int(m.stats()["steps_total"]))
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.004:  # 4 ms of front-end work on the loop's thread
+                pass
+
+        await asyncio.gather(*(handle() for _ in range(6)))
+        m.cancel(r)
+        await m.stop()
+        return m, at
+
+    m, at = asyncio.run(main())
+    assert len(at) == 6 and len(set(at)) >= 3  # 24 ms of work: no more than ~one per step
+    assert m.stats()["frontend_waits_total"] >= 3
+
+
+def test_sleep_until_with_naps_is_precise_and_lets_the_loop_run():
+    from loadgen.timing import sleep_until
+
+    async def main():
+        ticks = 0
+
+        async def other() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.get_running_loop().create_task(other())
+        late = []
+        for _ in range(20):
+            due = time.perf_counter_ns() + 3_000_000
+            await sleep_until(due, spin_ns=1_300_000, nap_ns=100_000)
+            late.append(time.perf_counter_ns() - due)
+        task.cancel()
+        return late, ticks
+
+    late, ticks = asyncio.run(main())
+    assert min(late) >= 0 and sorted(late)[10] < 1_000_000  # median well under a millisecond
+    assert ticks > 20 * 5  # the event loop ran between naps

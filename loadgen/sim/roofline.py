@@ -10,8 +10,11 @@ token per later decode), then new requests FCFS while KV blocks are free, fewer 
 and every token it produces is stamped at the step's END. Timing runs on a virtual
 model clock ``t_model``: a step starts at max(previous step end, first admitted
 arrival) and the loop sleeps until the absolute end time, so sleep jitter never
-accumulates. If the loop cannot keep up, model times are NOT shifted to real time:
-lateness is counted (``late_steps_total``, ``max_lateness_seconds``, ``behind()``).
+accumulates. At that instant the step's tokens are emitted, and written to their
+sockets there and then (the server's sink). If the loop cannot keep up, model times
+are NOT shifted to real time: lateness is counted (``late_steps_total``,
+``max_lateness_seconds``, ``behind()``), a step being late when the last of its
+tokens went out more than ``late_threshold_s`` after the step's end.
 docs/simulator.md derives every term and lists where each constant comes from.
 """
 
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,6 +40,32 @@ from .profiles import model as load_model
 __all__ = ["RooflineModel", "CapacityError", "Saturation", "offline_throughput"]
 
 ACT_BYTES = 2  # activations exchanged by the TP all-reduce are BF16
+# The engine loop's wait for a step's end: no asyncio timer within 1.3 ms of it (they wake up to
+# ~1.2 ms late); over that stretch, kernel naps of <= 0.1 ms with the server's I/O run between them,
+# then a kernel sleep to the instant. Lands within ~0.1 ms, and a process that sleeps rather than
+# spins is the one the OS scheduler favours on a shared core (timing.py).
+_SPIN_NS, _NAP_NS = 1_300_000, 100_000
+# How far past a step's end the server's front-end work may run it, in all; and how much front-end
+# work goes between two steps even when it does not fit (``headroom``).
+_FRONTEND_SLACK_NS, _FRONTEND_GAP_NS = 500_000, 1_000_000
+# A loop that is behind yields to the event loop at least this often; and a step in flight this far
+# past its end means the loop is far behind: front-end work is no longer held back for it.
+_BEHIND_YIELD_NS = _FAR_BEHIND_NS = 5_000_000
+
+
+_sched_yield = getattr(os, "sched_yield", lambda: None)
+
+
+def _collect_young() -> None:
+    """Run the garbage collector's youngest pass now, just after a step's tokens went out, if it
+    is due soon: left to its allocation trigger it runs at any moment, and on a slow core a pass
+    takes a millisecond or more, which in a step's write burst makes the step late. Older passes
+    (one in ten) are left to the collector's own trigger and policy."""
+    if gc.isenabled():
+        c0, c1, _ = gc.get_count()
+        t0, t1, _ = gc.get_threshold()
+        if c0 > t0 // 2 and c1 + 1 < t1:
+            gc.collect(0)
 
 
 class CapacityError(ValueError):
@@ -62,11 +93,12 @@ class _Seq:
     cached: list[int] = field(default_factory=list)  # hashes this sequence holds refs on
     committed: int = 0  # leading prompt blocks held as cached blocks
     done: bool = False
+    step_tokens: int = 0  # tokens computed in the step planned last (set by _schedule)
 
 
 @dataclass(slots=True)
 class _Plan:
-    items: list[tuple[_Seq, int]]  # (sequence, tokens computed this step)
+    items: list[_Seq]  # the sequences computed this step (each one's tokens: ``step_tokens``)
     seconds: float
 
 
@@ -120,6 +152,13 @@ class RooflineModel:
         self._seqs: dict[SimRequest, _Seq] = {}
         self._t_model = 0
         self._wakeup = asyncio.Event()
+        # the step in flight (its end on the model clock), for ``headroom``; set after each step
+        self._next_end: int | None = None
+        self._stepped = asyncio.Event()
+        self._slack_left = 0  # overrun of the step in flight still allowed to front-end work
+        self._gap_used = 0  # front-end work let through since the last step ended
+        self._frontend_waits = 0
+        self._frontend_wait_ns = 0
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
         self._c = dict.fromkeys(("prompt", "gen", "ok", "preempt", "queries", "hits", "late", "steps"), 0)
@@ -282,6 +321,7 @@ class RooflineModel:
     # ---- TimingModel --------------------------------------------------------------------
     async def start(self) -> None:
         if self._task is None:
+            self._stepped.clear()
             self._task = asyncio.get_running_loop().create_task(self._loop())
             self._task.add_done_callback(self._on_done)
 
@@ -295,6 +335,47 @@ class RooflineModel:
     def _on_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled():
             self.error = task.exception()
+        self._next_end = None  # nothing will step again: release whoever waits for headroom
+        self._stepped.set()
+
+    async def headroom(self, need_ns: int) -> None:
+        """Wait, if need be, until front-end work estimated at ``need_ns`` fits before the next step ends.
+
+        The server's request handling (parsing, tokenizing, a stream's first and last writes) runs
+        on the engine loop's core: a burst of it just before a step ends (a wave of requests ending
+        and starting together) would make every token of that step late. The server calls this
+        first, so that work fills the gaps between steps the way a real server's front end works
+        beside its engine, and a burst is admitted over the next steps instead of stalling one.
+        Work that would run past the step's end goes ahead while the step's small overrun
+        allowance lasts (a lone arrival is never held back), and all of it goes while the loop is
+        far behind (it catches up by coalescing writes, see server.py); when less than a millisecond of
+        work went between two steps, work held back goes whether it fits or not, so that steps
+        shorter than ``need_ns`` still admit at a steady pace.
+        """
+        waited_from = 0
+        while True:
+            end = self._next_end
+            if end is None:
+                break
+            left = end - self.clock()
+            if left < -_FAR_BEHIND_NS:
+                break  # the loop is far behind: holding work back would not put it on time
+            over = need_ns - left
+            if over <= 0:
+                self._gap_used += need_ns
+                break
+            if over <= self._slack_left:
+                self._slack_left -= over
+                self._gap_used += need_ns
+                break
+            if waited_from and self._gap_used < _FRONTEND_GAP_NS:
+                self._gap_used += need_ns
+                break
+            waited_from = waited_from or self.clock()
+            await self._stepped.wait()
+        if waited_from:
+            self._frontend_waits += 1
+            self._frontend_wait_ns += self.clock() - waited_from
 
     def submit(self, req: SimRequest) -> None:
         """Queue a request; raises ValueError if it can never fit (check ``max_model_len``)."""
@@ -339,6 +420,8 @@ class RooflineModel:
             "late_steps_total": c["late"],
             "steps_total": c["steps"],
             "max_lateness_seconds": self._max_late_ns / 1e9,
+            "frontend_waits_total": self._frontend_waits,
+            "frontend_wait_seconds_total": self._frontend_wait_ns / 1e9,
         }
 
     def behind(self) -> bool:
@@ -351,6 +434,7 @@ class RooflineModel:
 
     # ---- the engine ---------------------------------------------------------------------
     async def _loop(self) -> None:
+        yielded = self.clock()
         while True:
             start = self._next_start()
             plan = None if start is None else self._schedule(start)
@@ -359,17 +443,37 @@ class RooflineModel:
                 await self._wakeup.wait()
                 continue
             end = start + int(plan.seconds * 1e9)
-            await sleep_until(end, self.clock)  # to well under a millisecond (timing.py)
+            self._next_end, self._slack_left = end, _FRONTEND_SLACK_NS
             now = self.clock()
-            late = now - end
+            if now < end:  # to ~0.1 ms: no timer can be late past `end` (timing.py)
+                await sleep_until(end, self.clock, spin_ns=_SPIN_NS, nap_ns=_NAP_NS)
+                yielded = self.clock()
+            elif now - yielded > _BEHIND_YIELD_NS:
+                # Behind: steps run back to back to catch up, but the server's I/O (new requests,
+                # and the writes of tokens that were emitted late, coalesced) still runs this often.
+                await asyncio.sleep(0)
+                yielded = self.clock()
+            # the model's clock stays at ``end`` (no drift); the ground truth is when tokens really
+            # went out: stamped now, and (by the server's sink) written to their sockets in _complete
+            self._complete(plan, end, emitted_ns=self.clock())
+            # A step is late when its tokens went out (the last of them was handed to its socket)
+            # more than the threshold after the modelled instant. (Tokens emitted more than 2 ms
+            # late are written a little later still, coalesced: their step counts late anyway.)
+            late = self.clock() - end
             self._last_late_ns = late
             self._c["steps"] += 1
             if late > self._max_late_ns:
                 self._max_late_ns = late
             if late > self.late_threshold_ns:
                 self._c["late"] += 1
-            # the model's clock stays at ``end`` (no drift); the ground truth is when tokens really went out
-            self._complete(plan, end, emitted_ns=now)
+            # The writes just woke the streams' readers. One that shares this core (a client not
+            # pinned elsewhere) was queued behind this loop; let it run now rather than after the
+            # next step is planned: it halves the client-side delay of loopback tokens (p99).
+            _sched_yield()
+            self._next_end, self._gap_used = None, 0
+            self._stepped.set()  # front-end work held back for headroom: the next gap starts now
+            self._stepped.clear()
+            _collect_young()
 
     def simulate(self, until_ns: int | None = None) -> int:
         """Run steps in virtual time, without sleeping, until idle (or ``until_ns``).
@@ -407,36 +511,46 @@ class RooflineModel:
         s.cached, s.blocks, s.committed, s.computed = [], 0, 0, 0
 
     def _schedule(self, start: int) -> _Plan | None:
-        """Choose this step's work (allocating blocks, preempting, admitting) and its cost."""
-        budget, items, running = self.max_batch_tokens, [], self._running
+        """Choose this step's work (allocating blocks, preempting, admitting) and its cost.
+
+        Runs once per step over every running sequence, so the decode case is kept tight: a
+        sequence asks the pool for blocks only when its tokens cross a block boundary."""
+        budget, items, running, bs = self.max_batch_tokens, [], self._running, self.block_size
         tokens = dec_ctx = pre_attn = kv = 0
-        decodes_left = sum(1 for s in running if s.prompt_len + s.req.emitted - s.computed == 1)
+        decodes_left = 0
+        for s in running:
+            if s.prompt_len + s.req.emitted - s.computed == 1:
+                decodes_left += 1
         preempted = False
         i = 0
         while i < len(running):
             s = running[i]
-            need = s.prompt_len + s.req.emitted - s.computed
+            c = s.computed
+            need = s.prompt_len + s.req.emitted - c
             if need == 1:
                 decodes_left -= 1
-            n = min(need, budget - decodes_left)
+            n = budget - decodes_left
+            if need < n:
+                n = need
             if n <= 0:
                 i += 1
                 continue
-            lost = False
-            while not self._grow(s, n):  # preempt the newest (vLLM: recompute)
-                victim = running.pop()
-                lost = victim is s
-                preempted = True
-                if not lost and victim.prompt_len + victim.req.emitted - victim.computed == 1:
-                    decodes_left -= 1
-                self._preempt(victim)
-                if lost:
+            if c + n > s.blocks * bs:  # crosses into a block it does not hold yet
+                lost = False
+                while not self._grow(s, n):  # preempt the newest (vLLM: recompute)
+                    victim = running.pop()
+                    lost = victim is s
+                    preempted = True
+                    if not lost and victim.prompt_len + victim.req.emitted - victim.computed == 1:
+                        decodes_left -= 1
+                    self._preempt(victim)
+                    if lost:
+                        break
+                if lost:  # s itself was preempted: it was the last one
                     break
-            if lost:  # s itself was preempted: it was the last one
-                break
-            items.append((s, n))
+            s.step_tokens = n
+            items.append(s)
             budget -= n
-            c = s.computed
             if need == 1:
                 dec_ctx += c + 1
             else:
@@ -467,7 +581,8 @@ class RooflineModel:
                 r.prefill_start_ns = start
                 r.cached_tokens = c
             running.append(s)
-            items.append((s, n))
+            s.step_tokens = n
+            items.append(s)
             budget -= n
             pre_attn += n * c + n * (n + 1) // 2
             tokens += n
@@ -484,30 +599,38 @@ class RooflineModel:
 
     def _complete(self, plan: _Plan, end: int, emitted_ns: int | None = None) -> None:
         """Apply a finished step: KV grows, full prompt blocks enter the cache, tokens go out
-        (stamped ``emitted_ns``, the real instant, when it differs from the model's ``end``)."""
+        (stamped ``emitted_ns``, the real instant, when it differs from the model's ``end``).
+
+        Emitting calls the server's sink, which writes each token to its socket here: this loop
+        is the simulator's hot path (one pass per step over the batch)."""
         self._t_model = end
         stamp = end if emitted_ns is None else emitted_ns
-        bs, finished = self.block_size, False
-        for s, n in plan.items:
+        bs, finished, gen = self.block_size, False, 0
+        for s in plan.items:
             if s.done:  # cancelled during the step
                 continue
-            s.computed += n
-            while s.committed < len(s.hashes) and (s.committed + 1) * bs <= s.computed:
-                h = s.hashes[s.committed]
-                self.pool.commit(h)
-                s.cached.append(h)
-                s.committed += 1
+            computed = s.computed = s.computed + s.step_tokens
+            if s.committed < len(s.hashes):
+                while s.committed < len(s.hashes) and (s.committed + 1) * bs <= computed:
+                    h = s.hashes[s.committed]
+                    self.pool.commit(h)
+                    s.cached.append(h)
+                    s.committed += 1
             r = s.req
-            if s.computed == s.prompt_len + r.emitted:
+            if computed == s.prompt_len + r.emitted:
                 if r.prefill_end_ns is None:
                     r.prefill_end_ns = stamp
-                r.emit(1 if r.max_tokens > 0 else 0, stamp, end)
-                self._c["gen"] += 1 if r.max_tokens > 0 else 0
+                if r.max_tokens > 0:
+                    gen += 1
+                    r.emit(1, stamp, end)
+                else:
+                    r.emit(0, stamp, end)
                 if r.finished:
                     s.done = finished = True
                     self._free(s)
                     self._seqs.pop(r, None)
                     self._c["ok"] += 1
+        self._c["gen"] += gen
         if finished:
             self._running = [s for s in self._running if not s.done]
 

@@ -7,27 +7,36 @@ ENDPOINTS.md): a role-only first chat chunk, one chunk per token, a finish
 chunk, a ``choices: []`` usage chunk, ``[DONE]``. Faults and quirks come from
 ``faults.py``. The ground truth of every request (arrival, queue wait, prefill,
 the emission time of every token) can be written as JSON lines.
+
+For speed on one core, a streamed token is written to its socket by the model's
+engine step itself, not by a handler task woken for it (``_Writer``); request
+handling waits for room between steps (``TimingModel.headroom``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from ..tokenizer import BUILTIN, WORDS
-from .faults import FaultSpec, plan_for
+from .faults import FaultPlan, FaultSpec, plan_for
 from .model import FixedModel, SimRequest, TimingModel
 
 __all__ = ["SimConfig", "SimServer"]
 
 _WORD_JSON = [orjson.dumps(" " + w) for w in WORDS]
+# Engine headroom (TimingModel.headroom) that handling needs, as estimated for a slow core: a new
+# request (parse, tokenize ~0.1 us per body byte, admit, headers, first write); a stream's end.
+_ARRIVAL_NS, _BODY_BYTE_NS, _FINISH_NS = 400_000, 100, 250_000
 _STOP_WINDOW = 256  # stop strings longer than this are not looked for across chunks
 
 
@@ -106,6 +115,11 @@ class SimServer:
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        # Everything allocated so far (modules, aiohttp, numpy) lives as long as the server: keep it
+        # out of the collector's full passes, which otherwise walk it all (tens of ms on a slow core,
+        # a stall of every stream) every few thousand requests. Undone in stop(), where any garbage
+        # frozen with it is collected after all.
+        gc.freeze()
         if self.config.truth_path:
             self._truth_file = open(self.config.truth_path, "ab")  # noqa: SIM115
         await self.model.start()
@@ -127,6 +141,7 @@ class SimServer:
         if self._truth_file is not None:
             self._truth_file.close()
             self._truth_file = None
+        gc.unfreeze()
 
     # -- small endpoints ---------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
@@ -191,6 +206,9 @@ class SimServer:
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter_ns()
+        # Handling a request costs the engine's core ~0.5 ms (more for a long prompt): done in the
+        # gaps between engine steps, so that a burst of arrivals delays admissions, not tokens.
+        await self.model.headroom(_ARRIVAL_NS + _BODY_BYTE_NS * (request.content_length or 0))
         parsed = self._parse(await request.read(), chat)
         if isinstance(parsed, web.Response):
             return parsed
@@ -260,6 +278,7 @@ class SimServer:
     ) -> web.Response:
         while not req.finished:
             await req.wait()
+        await self.model.headroom(_FINISH_NS)
         words = [WORDS[_word_index(req, k)] for k in range(req.emitted)]
         text, n, finish = _apply_stop("".join(" " + w for w in words), n_words=len(words), stops=stops, finish=finish)
         created = int(time.time())
@@ -276,79 +295,257 @@ class SimServer:
 
     async def _stream(
         self, request: web.Request, req: SimRequest, body: dict[str, Any], chat: bool,
-        finish: str, plan: Any, stops: list[str],
+        finish: str, plan: FaultPlan, stops: list[str],
     ) -> web.StreamResponse:
+        """Stream one answer. The handler only starts and ends it (and steps in for faults and a
+        backed-up socket): each token is written by the model's step itself (``_Writer.on_emit``)."""
         cfg = self.config
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
         continuous = bool(opts.get("continuous_usage_stats"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        if request.version == HttpVersion11:
+            resp.enable_chunked_encoding()  # explicit, so the direct writes know the framing
         await resp.prepare(request)
         frames = _Frames(req.rid, cfg.model_name, chat)
-        if chat:
-            await resp.write(frames.role())
-        sent = 0
-        held: list[bytes] = []
-        tail = ""
+        w = _Writer(req, frames, cfg, plan, stops, self._usage if continuous else None, resp.chunked)
+        headers_sent = False
         try:
+            if chat:
+                await resp.write(frames.role())
+                headers_sent = True
             while True:
-                if req.emitted <= sent and not req.finished:
-                    await req.wait()
-                ready = req.emitted
-                if not req.finished and ready - sent < cfg.tokens_per_chunk:
+                data = w.take()
+                if data:
+                    w.stamp()
+                    await resp.write(data)
+                    headers_sent = True
+                if w.error is not None:
+                    raise w.error
+                if w.action == _STALL:
+                    w.action = 0
+                    w.stalled = True
+                    await asyncio.sleep(cfg.faults.stall_s)
                     continue
-                out: list[bytes] = []
-                while sent < ready:
-                    k = min(cfg.tokens_per_chunk, ready - sent)
-                    if sent <= plan.stall_at < sent + k:
-                        await asyncio.sleep(cfg.faults.stall_s)
-                    if sent <= plan.malformed_at < sent + k:
-                        out.append(b"data: {not json\n\n")
-                    if sent <= plan.disconnect_at < sent + k:
-                        await resp.write(b"".join(out))
-                        request.transport.close()  # type: ignore[union-attr]
-                        return resp
-                    idx = [_word_index(req, j) for j in range(sent, sent + k)]
-                    piece = "".join(" " + WORDS[i] for i in idx)
-                    if stops:
-                        tail += piece
-                        cut = _first_stop(tail, stops)
-                        if cut is not None:
-                            finish = "stop"
-                            keep = piece[: max(0, len(piece) - (len(tail) - cut))]
-                            if keep:
-                                out.append(frames.token(orjson.dumps(keep)))
-                            sent += k
-                            req.finished = True
-                            break
-                        tail = tail[-_STOP_WINDOW:]
-                    word_json = _WORD_JSON[idx[0]] if k == 1 else orjson.dumps(piece)
-                    usage = b""
-                    if continuous:
-                        usage = b',"usage":' + orjson.dumps(self._usage(req, sent + k))
-                    out.append(frames.token(word_json, usage))
-                    sent += k
-                if cfg.faults.buffered and not req.finished:
-                    held.extend(out)
-                    continue
-                if held:
-                    out = held + out
-                    held = []
-                if out:
-                    req.written_ns.extend([time.perf_counter_ns()] * (sent - len(req.written_ns)))
-                    await resp.write(b"".join(out))
-                if req.finished and sent >= req.emitted:
+                if w.action == _CUT:
+                    request.transport.close()  # type: ignore[union-attr]
+                    return resp
+                if w.complete():
                     break
-            final = [frames.finish(finish)]
+                if data:
+                    continue  # more may have been emitted while the write waited for the socket
+                if headers_sent and not req.finished:
+                    w.go_direct(request.transport)
+                await req.wait()
+                w.direct = False
+            req.sink = None
+            await self.model.headroom(_FINISH_NS)
+            final = [frames.finish(w.finish or finish)]
             if include_usage:
-                final.append(frames.usage(self._usage(req, sent)))
+                final.append(frames.usage(self._usage(req, w.sent)))
             final.append(b"data: [DONE]\n\n")
-            await resp.write(b"".join(final))
-            await resp.write_eof()
+            await resp.write_eof(b"".join(final))  # one write: the last frames and the chunked end
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             req.cancelled = True
             raise
+        finally:
+            w.direct = False
+            req.sink = None
         return resp
+
+
+_STALL, _CUT = 1, 2  # fault points where the handler takes over (it must await, or close the connection)
+# Bytes a stream may have queued in its socket (a slow reader) before its handler takes over from the
+# direct writes: the handler writes through aiohttp, which waits for the reader to drain.
+_DIRECT_LIMIT = 64 * 1024
+# A token emitted this late (the model is behind) waits to go out with the next ones (_Writer.on_emit).
+_COALESCE_NS = 2_000_000
+
+
+class _Writer:
+    """The streaming state of one answer: the SSE bytes of each newly emitted token, and who writes them.
+
+    ``take`` turns the tokens emitted since its last call into bytes (chunking by ``tokens_per_chunk``,
+    cutting at a stop string, adding continuous usage, injecting malformed lines, holding everything
+    when ``buffered``). While ``direct`` the model calls ``on_emit`` (as ``SimRequest.sink``) inside
+    its step, and the bytes go to the socket there and then: one ``transport.write`` per stream per
+    step, with no task wake-up, no coroutine chain, no per-token future. It is the same write aiohttp
+    would make (``resp.enable_chunked_encoding()`` fixed the framing before ``prepare``, headers went
+    out with the first ``resp.write``). Whatever needs awaiting or ends the stream (a stall, a
+    disconnect, the end of the answer, a socket backing up, an error) wakes the handler instead.
+    """
+
+    __slots__ = ("req", "frames", "per_chunk", "usage", "stops", "plan", "buffered", "simple", "fast", "word0",
+                 "post", "framed", "pending", "loop",
+                 "sent", "held", "tail", "finish", "action", "stalled", "stopped", "transport", "chunked",
+                 "direct", "error")
+
+    def __init__(self, req: SimRequest, frames: _Frames, cfg: SimConfig, plan: FaultPlan, stops: list[str],
+                 usage: Callable[[SimRequest, int], dict[str, Any]] | None, chunked: bool) -> None:
+        self.req, self.frames, self.plan, self.stops, self.usage = req, frames, plan, stops, usage
+        self.per_chunk = max(1, cfg.tokens_per_chunk)
+        self.buffered = cfg.faults.buffered
+        self.simple = (self.per_chunk == 1 and not stops and usage is None and not self.buffered
+                       and plan.stall_at < 0 and plan.malformed_at < 0 and plan.disconnect_at < 0)
+        self.word0 = len(req.prompt_ids) * 31  # see _word_index
+        self.fast = self.simple and chunked  # on_emit's inlined path applies
+        self.post = frames.mid + b"}\n\n"  # a token frame is frames.pre + word + post
+        self.framed = len(frames.pre) + len(self.post)
+        self.sent = 0  # tokens taken (written, or held by the buffered fault)
+        self.held: list[bytes] = []
+        self.tail = ""
+        self.finish: str | None = None  # "stop" once a stop string cut the answer
+        self.action = 0  # _STALL or _CUT: the handler must act before anything more is taken
+        self.stalled = self.stopped = False
+        self.transport: Any = None
+        self.chunked = chunked
+        self.direct = False
+        self.pending = False  # a flush is scheduled (on_emit, behind)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+
+    def complete(self) -> bool:
+        """Everything there is to send has been taken (the finish chunk is next)."""
+        req = self.req
+        return self.stopped or (req.finished and self.sent >= req.emitted and not self.held)
+
+    def stamp(self) -> None:
+        """``written_ns`` for the tokens taken: now, just before they are written."""
+        w = self.req.written_ns
+        n = self.sent - len(w)
+        if n == 1:
+            w.append(_now())
+        elif n > 0:
+            w.extend([_now()] * n)
+
+    def take(self) -> bytes:
+        """The bytes for the tokens emitted since the last call (b"" while less than a chunk is ready,
+        while ``buffered`` holds them, or while a fault point waits for the handler)."""
+        req = self.req
+        ready, sent = req.emitted, self.sent
+        if ready <= sent or self.stopped or self.action:
+            return b""
+        if self.simple and ready == sent + 1:  # the hot path: one token, no options
+            self.sent = ready
+            return self.frames.token(_WORD_JSON[(self.word0 + sent * 7919) % _N_WORDS])
+        if not req.finished and ready - sent < self.per_chunk:
+            return b""
+        frames, plan, stops = self.frames, self.plan, self.stops
+        out: list[bytes] = []
+        while sent < ready:
+            k = min(self.per_chunk, ready - sent)
+            if sent <= plan.stall_at < sent + k and not self.stalled:
+                self.action = _STALL
+                break
+            if sent <= plan.malformed_at < sent + k:
+                out.append(b"data: {not json\n\n")
+            if sent <= plan.disconnect_at < sent + k:
+                self.action = _CUT
+                break
+            idx = [_word_index(req, j) for j in range(sent, sent + k)]
+            piece = "".join(" " + WORDS[i] for i in idx)
+            if stops:
+                self.tail += piece
+                cut = _first_stop(self.tail, stops)
+                if cut is not None:
+                    keep = piece[: max(0, len(piece) - (len(self.tail) - cut))]
+                    if keep:
+                        out.append(frames.token(orjson.dumps(keep)))
+                    sent += k
+                    self.finish, self.stopped = "stop", True
+                    req.finished = True  # the model frees it at its next step
+                    break
+                self.tail = self.tail[-_STOP_WINDOW:]
+            word_json = _WORD_JSON[idx[0]] if k == 1 else orjson.dumps(piece)
+            usage = b""
+            if self.usage is not None:
+                usage = b',"usage":' + orjson.dumps(self.usage(req, sent + k))
+            out.append(frames.token(word_json, usage))
+            sent += k
+        self.sent = sent
+        if self.buffered and not req.finished:
+            self.held.extend(out)
+            return b""
+        if self.held:
+            out = self.held + out
+            self.held = []
+        return b"".join(out)
+
+    def go_direct(self, transport: Any) -> None:
+        """Let the model's steps write from now on, if the socket is open and keeping up."""
+        if transport is not None and not transport.is_closing() \
+                and transport.get_write_buffer_size() <= _DIRECT_LIMIT:
+            self.transport, self.direct = transport, True
+            self.loop = asyncio.get_running_loop()
+            self.req.sink = self.on_emit
+
+    def on_emit(self) -> None:
+        """Called by the model, inside its step, for each token: write it now, or wake the handler.
+
+        A token emitted more than ``_COALESCE_NS`` after its modelled instant (the model is behind:
+        the core cannot keep up) is not written at once: one write, when the model next yields to
+        the event loop, carries all the tokens emitted until then. Writes are most of the cost of
+        a token, so a model that falls behind catches up instead of falling further behind.
+        Never raises (that would stop the engine): an error goes to the handler."""
+        req = self.req
+        if not self.direct:
+            req.notify()
+            return
+        if self.pending:
+            return  # a flush is due: it takes this token too
+        try:
+            if req.emit_ns and req.emit_ns[-1] - req.model_ns[-1] > _COALESCE_NS:
+                self.pending = True
+                self.loop.call_soon(self.flush)  # type: ignore[union-attr]
+                return
+            t = self.transport
+            sent = self.sent
+            if self.fast and req.emitted == sent + 1 and not t.is_closing():
+                # The hot path (one token, no options, chunked): take() and stamp() inlined, one
+                # formatting of the whole HTTP chunk, one write.
+                self.sent = sent + 1
+                word = _WORD_JSON[(self.word0 + sent * 7919) % _N_WORDS]
+                req.written_ns.append(_now())
+                t.write(b"%x\r\n%b%b%b\r\n" % (self.framed + len(word), self.frames.pre, word, self.post))
+                if not req.finished and t.get_write_buffer_size() <= _DIRECT_LIMIT:
+                    return
+                self.direct = False
+                req.sink = None
+                req.notify()
+                return
+        except Exception as e:  # noqa: BLE001 - re-raised by the handler
+            self.error, self.direct, req.sink = e, False, None
+            req.notify()
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what has been emitted and not yet taken; hand over to the handler when needed."""
+        self.pending = False
+        if not self.direct:
+            return  # the handler took over meanwhile, and takes what is left
+        req, t = self.req, self.transport
+        try:
+            if t.is_closing():  # the reader left: the handler's write will say so
+                self.direct = False
+            else:
+                data = self.take()
+                if data:
+                    self.stamp()
+                    t.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+                    if t.get_write_buffer_size() > _DIRECT_LIMIT:
+                        self.direct = False
+                if self.action or self.complete():
+                    self.direct = False
+        except Exception as e:  # noqa: BLE001 - re-raised by the handler
+            self.error, self.direct = e, False
+        if not self.direct:
+            req.sink = None
+            req.notify()
+
+
+_N_WORDS = len(WORDS)
+_now = time.perf_counter_ns
 
 
 def _word_index(req: SimRequest, k: int) -> int:
