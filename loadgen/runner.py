@@ -289,6 +289,8 @@ async def simulator_health(url: str) -> dict[str, Any]:
     return {
         "late_steps": int(m.get("vllm:late_steps_total", 0)),
         "steps": int(m.get("vllm:steps_total", 0)),
+        "frontend_waits": int(m.get("vllm:frontend_waits_total", 0)),
+        "frontend_wait_ms": 1e3 * m.get("vllm:frontend_wait_seconds_total", 0.0),
         "max_lateness_ms": 1e3 * m.get("vllm:max_lateness_seconds", 0.0),
     }
 
