@@ -19,7 +19,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from loadgen.sim.process import ChildServer
 
 __all__ = ["LlamaServer", "start_llamacpp", "tiny_model", "READY", "have_xllamacpp"]
 
@@ -90,7 +91,7 @@ def tiny_model() -> Path:
 
 
 @dataclass
-class LlamaServer:
+class LlamaServer(ChildServer):
     """A running llama.cpp server child: ``url`` is the OpenAI base URL (``.../v1``)."""
 
     proc: subprocess.Popen[str]
@@ -108,29 +109,6 @@ class LlamaServer:
     @property
     def tokenizer_path(self) -> Path:
         return self.model_path.parent / "tokenizer.json"
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM by PID, then SIGKILL if it lingers."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self.errlog.close()
-
-    def stderr_text(self) -> str:
-        self.errlog.seek(0)
-        return self.errlog.read()
-
-    def __enter__(self) -> LlamaServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_llamacpp(

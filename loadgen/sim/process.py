@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-__all__ = ["SimProcess", "start_sim", "READY"]
+__all__ = ["ChildServer", "SimProcess", "start_sim", "READY"]
 
 READY = "LOADGEN_SIM_READY "
 
@@ -26,13 +26,15 @@ class SimStartError(RuntimeError):
     pass
 
 
-@dataclass
-class SimProcess:
+class ChildServer:
+    """A server running as a child process: stopped by PID, its stderr kept in a file
+    (a pipe nobody drains could block it). Subclasses provide ``proc`` and ``errlog``."""
+
     proc: subprocess.Popen[str]
-    url: str
     errlog: IO[Any]
 
     def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM by PID, then SIGKILL if it lingers."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -48,11 +50,18 @@ class SimProcess:
         self.errlog.seek(0)
         return self.errlog.read()
 
-    def __enter__(self) -> SimProcess:
+    def __enter__(self):  # noqa: ANN204 - returns the subclass
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass
+class SimProcess(ChildServer):
+    proc: subprocess.Popen[str]
+    url: str
+    errlog: IO[Any]
 
 
 def start_sim(args: list[str], timeout: float = 30.0) -> SimProcess:
