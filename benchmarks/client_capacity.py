@@ -1,17 +1,24 @@
 """How much load can loadgen's client generate before it distorts what it measures?
 
 Drives a deliberately cheap SSE server in a separate process (pinned to its own
-core, so it is not the bottleneck) and reports:
+core, on uvloop, so it is not the bottleneck) and reports:
 
   (a) client CPU time per streamed token: 64 streams x 128 tokens, one token per
-      chunk, the server writing back to back;
+      chunk, the server writing back to back. Measured over a sustained run (64
+      users, each sending its next request when its answer ended, 20 rounds), so
+      the figure is the steady state of a real run rather than one-off setup;
   (b) 1,000 concurrent streams at 20 ms between tokens on one client core:
-      schedule lag p50/p99 and ITL error (measured gap minus the server's 20 ms);
+      schedule lag p50/p99 and ITL error (measured gap minus the server's 20 ms).
+      The server emits every stream's token on one shared 20 ms tick, as an
+      inference engine's decode step does, so the client gets 1,000 reads at once;
+      ``--sweep`` repeats (b) for fewer streams to find how many one core keeps up with;
   (c) client memory per in-flight stream.
+  floor: the same load as (b) read by a bare uvloop Protocol that only stamps and
+      counts: what a read costs on this machine before any HTTP or SSE work.
 
 Targets (issue "Core"): (a) <= 4 us/token, (b) lag p99 <= 5 ms, (c) <= 50 KB.
 
-    python benchmarks/client_capacity.py [--streams 1000] [--tokens 128]
+    python benchmarks/client_capacity.py [--streams 1000] [--tokens 128] [--sweep]
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from loadgen import aio
 from loadgen.engine import Engine, EngineConfig, Plan
 from loadgen.records import RecordWriter, read_stream
 from loadgen.workload import SyntheticChat
@@ -126,7 +134,7 @@ def _serve(port_q: mp.Queue, tokens: int, gap_s: float, core: int) -> None:
         port_q.put(server.sockets[0].getsockname()[1])
         await srv.tick() if gap_s > 0 else await asyncio.Event().wait()
 
-    asyncio.run(main())
+    aio.run(main())
 
 
 def _start_server(tokens: int, gap_s: float) -> tuple[mp.Process, str]:
@@ -137,46 +145,55 @@ def _start_server(tokens: int, gap_s: float) -> tuple[mp.Process, str]:
     return p, f"http://127.0.0.1:{q.get(timeout=30)}/v1"
 
 
-async def _drive(url: str, offsets_ns: np.ndarray, tokens: int, path: Path) -> tuple[Engine, float, float]:
+async def _drive(url: str, tokens: int, path: Path, *, offsets_ns: np.ndarray | None = None,
+                 users: int = 0, count: int = 0) -> tuple[Engine, float, float]:
+    """One engine run: open loop at ``offsets_ns``, or ``users`` closed-loop users sending ``count`` requests."""
     cfg = EngineConfig(url=url, model="bench", run_id="bench", flush_interval_s=0.2)
-    wl = SyntheticChat(input_tokens=8, output_tokens=tokens)
+    session = SyntheticChat(input_tokens=8, output_tokens=tokens).session
+    if offsets_ns is not None:
+        plan = Plan(session, offsets_ns, np.arange(len(offsets_ns)))
+    else:
+        plan = Plan(session, concurrency=users, count=count)
     with RecordWriter(path) as w:
         engine = Engine(cfg, w)
         cpu0, t0 = time.process_time(), time.perf_counter()
-        await engine.run(Plan(wl.session, offsets_ns, np.arange(len(offsets_ns))), time.perf_counter_ns() + 100_000_000)
+        await engine.run(plan, time.perf_counter_ns() + 100_000_000)
         return engine, time.process_time() - cpu0, time.perf_counter() - t0
 
 
-def part_a(streams: int, tokens: int, tmp: Path) -> None:
+def part_a(streams: int, tokens: int, tmp: Path, rounds: int = 20, repeats: int = 3) -> None:
     """CPU per token at ``tokens`` per answer, and split into a per-request and a per-token part
-    (from a second round with 8x longer answers), so the figure can be read for any answer length."""
+    (from runs with 1-token answers), so the figure can be read for any answer length.
+    Each figure is the median of ``repeats`` runs: this kind of machine is noisy."""
     cost = {}
-    for n in (tokens, 8 * tokens):
+    for n in (tokens, 1):
         proc, url = _start_server(n, 0.0)
         try:
-            # one warm-up round (imports, first connections), then the measured round
-            asyncio.run(_drive(url, np.zeros(streams, dtype=np.int64), n, tmp / "warm.arrows"))
-            _, cpu, wall = asyncio.run(_drive(url, np.zeros(streams, dtype=np.int64), n, tmp / "a.arrows"))
+            aio.run(_drive(url, n, tmp / "warm.arrows", users=streams, count=streams))  # imports, connections
+            runs = []
+            for _ in range(repeats):
+                _, cpu, wall = aio.run(_drive(url, n, tmp / "a.arrows", users=streams, count=streams * rounds))
+                rec = read_stream(tmp / "a.arrows").to_pydict()
+                assert rec["status"].count("ok") == streams * rounds, "the benchmark server failed requests"
+                runs.append(cpu / sum(rec["output_tokens"]) * 1e6)
         finally:
             proc.kill()
-        rec = read_stream(tmp / "a.arrows").to_pydict()
-        assert rec["status"].count("ok") == streams, "the benchmark server failed requests"
-        cost[n] = cpu / sum(rec["output_tokens"]) * 1e6
-    per_token = (cost[8 * tokens] * 8 * tokens - cost[tokens] * tokens) / (7 * tokens)
-    per_request = (cost[tokens] - per_token) * tokens
-    print(f"(a) {streams} streams x {tokens} tokens, one token per chunk, server writing back to back: "
-          f"client CPU {cost[tokens]:.2f} us/token (target <= 4) = {per_request:.0f} us per request "
-          f"+ {per_token:.2f} us per token")
+        cost[n] = float(np.median(runs))
+    per_request = cost[1]
+    per_token = (cost[tokens] * tokens - per_request) / (tokens - 1)
+    print(f"(a) {streams} streams x {tokens} tokens, one token per chunk, server writing back to back, "
+          f"{rounds} rounds ({aio.loop_name()}): client CPU {cost[tokens]:.2f} us/token (target <= 4) "
+          f"= {per_request:.0f} us per request + {per_token:.2f} us per further token")
 
 
-def part_bc(streams: int, gap_ms: float, tmp: Path) -> None:
+def part_bc(streams: int, gap_ms: float, tmp: Path, memory: bool = True) -> float:
     tokens = 200
     proc, url = _start_server(tokens, gap_ms / 1e3)
     try:
         ramp_s = 2.0
         offs = np.linspace(0, ramp_s * 1e9, streams).astype(np.int64)
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        engine, cpu, wall = asyncio.run(_drive(url, offs, tokens, tmp / "b.arrows"))
+        engine, cpu, wall = aio.run(_drive(url, tokens, tmp / "b.arrows", offsets_ns=offs))
         rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     finally:
         proc.kill()
@@ -190,8 +207,56 @@ def part_bc(streams: int, gap_ms: float, tmp: Path) -> None:
     print(f"    schedule lag p50 {np.percentile(lag, 50):.2f} ms, p99 {np.percentile(lag, 99):.2f} ms "
           f"(target p99 <= 5); ITL error p50 {np.percentile(err, 50):+.2f} ms, "
           f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag max {engine.live.loop_lag_max_ms:.1f} ms")
-    print(f"(c) peak RSS grew {(rss1 - rss0) / 1024:.1f} MiB for {streams} in-flight streams: "
-          f"{(rss1 - rss0) / streams:.1f} KB per stream (target <= 50)")
+    if memory:
+        print(f"(c) peak RSS grew {(rss1 - rss0) / 1024:.1f} MiB for {streams} in-flight streams: "
+              f"{(rss1 - rss0) / streams:.1f} KB per stream (target <= 50)")
+    return float(np.percentile(lag, 99))
+
+
+class _Counting(asyncio.Protocol):
+    """The floor: a client that sends one request and only stamps and counts what comes back."""
+
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Length: 2\r\n\r\n{}"
+
+    def __init__(self, done: asyncio.Future[None], counts: list[int]) -> None:
+        self.done, self.counts = done, counts
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t = transport
+        transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        time.perf_counter_ns()
+        self.counts[0] += 1
+        if data.endswith(b"0\r\n\r\n"):
+            self.t.close()
+            self.done.set_result(None)
+
+
+def part_floor(streams: int, gap_ms: float) -> None:
+    proc, url = _start_server(200, gap_ms / 1e3)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+    async def main() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        counts = [0]
+
+        async def one(delay: float) -> None:
+            await asyncio.sleep(delay)
+            done = loop.create_future()
+            await loop.create_connection(lambda: _Counting(done, counts), "127.0.0.1", port)
+            await done
+
+        cpu0 = time.process_time()
+        await asyncio.gather(*(one(2.0 * i / streams) for i in range(streams)))
+        return time.process_time() - cpu0, counts[0]
+
+    try:
+        cpu, reads = aio.run(main())
+    finally:
+        proc.kill()
+    print(f"floor: a bare {aio.loop_name()} Protocol reading the same {streams} streams spends "
+          f"{cpu * 1e6 / reads:.1f} us per read (connections included): this machine's cost before any HTTP or SSE")
 
 
 def main() -> None:
@@ -199,14 +264,30 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--gap-ms", type=float, default=20.0)
+    ap.add_argument("--sweep", action="store_true", help="also find how many streams one core keeps up with")
+    ap.add_argument("--only", choices=["a", "b"], help="run just one part")
     args = ap.parse_args()
     try:
         os.sched_setaffinity(0, {0})  # the client gets one core
     except (AttributeError, OSError):
         pass
     with tempfile.TemporaryDirectory() as d:
-        part_a(64, args.tokens, Path(d))
+        if args.only != "b":
+            part_a(64, args.tokens, Path(d))
+        if args.only == "a":
+            return
         part_bc(args.streams, args.gap_ms, Path(d))
+        part_floor(args.streams, args.gap_ms)
+        if args.sweep:
+            kept_up = 0
+            for n in (800, 600, 400, 300, 200, 100):
+                if n >= args.streams:
+                    continue
+                if part_bc(n, args.gap_ms, Path(d), memory=False) <= 5.0:
+                    kept_up = n
+                    break
+            print(f"one client core keeps lag p99 <= 5 ms up to about {kept_up} streams at {args.gap_ms:g} ms "
+                  f"({kept_up * 1e3 / args.gap_ms:,.0f} reads/s)")
 
 
 if __name__ == "__main__":

@@ -14,17 +14,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import numpy as np
+from yarl import URL
 
+from . import aio
 from .records import Record, RecordWriter
 from .session import Conversation, Session, Turn, build_body
 from .sse import BadStream
 from .stream import StreamError, StreamTally
 from .timing import SPIN_NS, sleep_until
+from .wire import SEQ_HEADER, read_body, stamping_request_class
 
 __all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
 
@@ -32,6 +34,9 @@ Clock = Callable[[], int]
 _ERROR_CHARS = 300
 _LOOKAHEAD = 256  # sessions built ahead of their send time
 _BUILD_MARGIN_NS = 3_000_000  # stop building when the next send is this close
+# A request is started this long before its instant and its bytes held until then: the
+# client's own work before the write (~0.3-1 ms on a small machine) is not schedule lag.
+_LEAD_NS = 3_000_000
 _KEYLIKE = re.compile(r"(sk-|Bearer\s+)[A-Za-z0-9_\-.]{6,}")
 
 
@@ -111,10 +116,12 @@ class LiveCounters:
 
 
 class _Inflight:
-    __slots__ = ("task", "deadline_first", "deadline_total", "last_read", "got_data", "why")
+    __slots__ = ("task", "rec", "deadline_first", "deadline_total", "last_read", "got_data", "why", "reused")
 
-    def __init__(self, task: asyncio.Task[Any] | None, now: int, t: Timeouts) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, now: int, t: Timeouts) -> None:
         self.task = task
+        self.rec = rec
+        self.reused = False
         self.deadline_first = now + int(t.first_byte * 1e9)
         self.deadline_total = now + int(t.total * 1e9)
         self.last_read = now
@@ -140,6 +147,7 @@ class Engine:
         self.live = LiveCounters()
         self._secrets = (api_key,) if api_key else ()
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        self._url = URL(config.url + config.path)  # parsed once, not per request
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._stop = asyncio.Event()
@@ -147,6 +155,7 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._slots: asyncio.Semaphore | None = None
+        self._holding: list[int] = [1 << 62]  # instants of requests held for their send time (and a sentinel)
 
     # -- public ----------------------------------------------------------------
     def stop(self) -> None:
@@ -167,25 +176,24 @@ class Engine:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=None, sock_connect=self.cfg.timeouts.connect, sock_read=None
         )
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(self._on_sent)
-        trace.on_connection_reuseconn.append(self._on_reuse)
         async with aiohttp.ClientSession(
             connector=connector,
             timeout=timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),  # independent users: no cookie carried from one to another
             read_bufsize=self.cfg.read_bufsize,
-            trace_configs=[trace],
+            request_class=stamping_request_class(self._on_send, self._hold, self._on_written),
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         ) as http:
             self._http = http
             keeper = asyncio.get_running_loop().create_task(self._housekeeping())
             try:
-                if plan.concurrency:
-                    await self._closed_loop(plan, start_ns)
-                else:
-                    await self._open_loop(plan, start_ns)
-                await self._drain(grace_s)
+                with aio.quiet_gc():
+                    if plan.concurrency:
+                        await self._closed_loop(plan, start_ns)
+                    else:
+                        await self._open_loop(plan, start_ns)
+                    await self._drain(grace_s)
             finally:
                 keeper.cancel()
                 self.writer.flush()
@@ -194,7 +202,8 @@ class Engine:
     async def _open_loop(self, plan: Plan, start_ns: int) -> None:
         """Send each session at its instant. Sessions are built ahead, in the idle time
         before the next send is due (up to ``_LOOKAHEAD`` of them), so building a long
-        prompt never delays a send that is already due."""
+        prompt never delays a send that is already due. Each request is started
+        ``_LEAD_NS`` early and its bytes held until the instant (``_hold``)."""
         assert plan.offsets_ns is not None
         offsets = plan.offsets_ns
         indices = (plan.indices if plan.indices is not None else np.arange(len(offsets))).tolist()
@@ -205,7 +214,7 @@ class Engine:
         exhausted = False
         while True:
             while not exhausted and len(ahead) < _LOOKAHEAD and (
-                not ahead or ahead[0][0] - self.clock() > _BUILD_MARGIN_NS
+                not ahead or min(ahead[0][0] - _LEAD_NS, *self._holding) - self.clock() > _BUILD_MARGIN_NS
             ):
                 i = next(todo, None)
                 if i is None:
@@ -215,13 +224,13 @@ class Engine:
             if not ahead:
                 return
             due, session = ahead.popleft()
-            delay = due - self.clock()
+            delay = due - _LEAD_NS - self.clock()
             if delay > 50_000_000:  # long gaps: stay responsive to a stop
                 try:
                     await asyncio.wait_for(self._stop.wait(), (delay - SPIN_NS) / 1e9)
                 except asyncio.TimeoutError:
                     pass
-            await self._sleep_until(due)
+            await sleep_until(due - _LEAD_NS, self.clock, spin_ns=0)  # coarse: the hold is the precise part
             if self._stop.is_set():
                 return
             task = loop.create_task(self._run_session(session, due))
@@ -302,13 +311,13 @@ class Engine:
         extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
         body = build_body(cfg.api, cfg.model, conv, turn.max_tokens, ignore_eos=cfg.ignore_eos, extra=extra)
         tally = StreamTally(cfg.api, keep_text=keep_text)
-        headers = {**self._headers, "X-Loadgen-Run": cfg.run_id, "X-Loadgen-Seq": str(seq),
+        headers = {**self._headers, "X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq),
                    "X-Request-Id": f"{cfg.run_id}-{seq}"}
         assert self._slots is not None
         if self._slots.locked():
             self.live.capped += 1
         async with self._slots:
-            me = _Inflight(asyncio.current_task(), self.clock(), cfg.timeouts)
+            me = _Inflight(asyncio.current_task(), rec, self.clock(), cfg.timeouts)
             self._inflight[seq] = me
             self.live.inflight += 1
             try:
@@ -328,11 +337,10 @@ class Engine:
     async def _exchange(self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str],
                         me: _Inflight) -> None:
         clock = self.clock
-        ctx = SimpleNamespace(rec=rec, reused=False)
         rec.t_sent = clock()  # replaced by the moment the headers are written
         self.live.sent += 1
         try:
-            async with await self._post(body, headers, ctx) as resp:
+            async with await self._post(body, headers, me) as resp:
                 rec.t_headers = clock()
                 rec.http_status = resp.status
                 if resp.status != 200:
@@ -343,15 +351,15 @@ class Engine:
                     if retry:
                         rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
                     return
-                feed, read = tally.feed, resp.content.readany
-                while True:  # the hot loop: one pass per socket read, stamped as it returns
-                    data = await read()
-                    if not data:
-                        break
+                feed = tally.feed
+
+                def on_read(data: bytes) -> None:  # the hot path: once per socket read, stamped on arrival
                     t = clock()
                     me.last_read = t
                     me.got_data = True
                     feed(data, t)
+
+                await read_body(resp.content, on_read)
                 tally.close(clock())
                 if tally.events == 0:
                     rec.status = "bad_stream"
@@ -372,7 +380,7 @@ class Engine:
         except (aiohttp.ClientError, ValueError, OSError) as e:
             rec.status, rec.error = "client_error", redact(f"{type(e).__name__}: {e}", self._secrets)
 
-    async def _post(self, body: bytes, headers: dict[str, str], ctx: SimpleNamespace) -> aiohttp.ClientResponse:
+    async def _post(self, body: bytes, headers: dict[str, str], me: _Inflight) -> aiohttp.ClientResponse:
         """POST; again whenever it failed on a reused keep-alive connection before any answer.
 
         A server may close an idle connection just as it is taken from the pool (llama.cpp
@@ -381,26 +389,39 @@ class Engine:
         dead pooled connection; a failure on a fresh connection, or after the answer began,
         is never retried (it is the endpoint's and is recorded).
         """
-        url = self.cfg.url + self.cfg.path
+        url = self._url
         for _ in range(_STALE_RETRIES):
-            ctx.reused = False
+            me.reused = False
             try:
-                return await self._http.post(url, data=body, headers=headers, trace_request_ctx=ctx)
+                return await self._http.post(url, data=body, headers=headers)
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                if not ctx.reused:
+                if not me.reused:
                     raise
-        ctx.reused = False
-        return await self._http.post(url, data=body, headers=headers, trace_request_ctx=ctx)
+        me.reused = False
+        return await self._http.post(url, data=body, headers=headers)
 
-    async def _on_reuse(self, session: Any, trace_ctx: Any, params: Any) -> None:
-        ctx = trace_ctx.trace_request_ctx
-        if ctx is not None:
-            ctx.reused = True
+    async def _hold(self, seq: int) -> None:
+        """Hold a request's bytes until its intended instant (it was started early)."""
+        me = self._inflight.get(seq)
+        if me is None:
+            return
+        due = me.rec.t_sched
+        if due > self.clock():
+            self._holding.append(due)
+            try:
+                await sleep_until(due, self.clock)
+            finally:
+                self._holding.remove(due)
 
-    async def _on_sent(self, session: Any, trace_ctx: Any, params: Any) -> None:
-        rec = getattr(trace_ctx.trace_request_ctx, "rec", None)
-        if rec is not None:
-            rec.t_sent = self.clock()
+    def _on_send(self, seq: int, reused: bool) -> None:
+        me = self._inflight.get(seq)
+        if me is not None:
+            me.reused = reused
+
+    def _on_written(self, seq: int) -> None:
+        me = self._inflight.get(seq)
+        if me is not None:
+            me.rec.t_sent = self.clock()
 
     def _finish(self, rec: Record, tally: StreamTally) -> None:
         if rec.t_done is not None:

@@ -25,7 +25,7 @@ import aiohttp
 import numpy as np
 import orjson
 
-from . import __version__
+from . import __version__, aio
 from .engine import Engine, EngineConfig, Plan, Timeouts
 from .errors import ConfigError, EndpointError
 from .records import STREAM_NAME, RecordWriter, compact
@@ -234,6 +234,7 @@ async def run_engine(
         spun = (SpinMeter.spun_ns - spun0) / 1e9
     return {
         "clock_anchor": anchor,
+        "event_loop": "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio",
         "cpu_seconds": cpu,
         "wall_seconds": wall,
         # yielding while waiting for a send instant is not load: it is left out here
@@ -261,8 +262,8 @@ def run_point(
 ) -> dict[str, Any]:
     """One load point, in this process or sharded over ``settings.workers`` processes."""
     if settings.workers <= 1:
-        return asyncio.run(run_engine(settings, workload, url, model, run_dir, run_id, api_key=api_key,
-                                      on_engine=on_engine, stream_name=f"{stem}.arrows"))
+        return aio.run(run_engine(settings, workload, url, model, run_dir, run_id, api_key=api_key,
+                                  on_engine=on_engine, stream_name=f"{stem}.arrows"))
     from .workers import run_sharded
 
     return run_sharded(settings, workload, url, model, run_dir, run_id, api_key=api_key, stem=stem)

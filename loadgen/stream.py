@@ -172,6 +172,10 @@ class StreamTally:
                             if keep:
                                 self._parts.append(text)
                         continue
+            if payload == b"[DONE]":  # before the decode: a failed decode costs an exception
+                self.done = True
+                self._tpl = self._ftpl = None
+                return
             try:
                 obj = _loads(payload)
             except _JSONDecodeError:

@@ -25,9 +25,26 @@ SPIN_NS = 500_000
 
 class SpinMeter:
     """Wall time spent yielding in ``sleep_until``: busy-looking CPU that was really
-    waiting, subtracted before judging whether the client's CPU was saturated."""
+    waiting, subtracted before judging whether the client's CPU was saturated.
+
+    Time when several waiters yield at once counts once (it is wall time, compared
+    with CPU time), so overlapping waits never hide a busy client."""
 
     spun_ns = 0
+    _active = 0
+    _since = 0
+
+    @classmethod
+    def enter(cls, now: int) -> None:
+        if not cls._active:
+            cls._since = now
+        cls._active += 1
+
+    @classmethod
+    def leave(cls, now: int) -> None:
+        cls._active -= 1
+        if not cls._active:
+            cls.spun_ns += now - cls._since
 
 
 async def sleep_until(due_ns: int, clock: Callable[[], int] = time.perf_counter_ns,
@@ -45,29 +62,33 @@ async def sleep_until(due_ns: int, clock: Callable[[], int] = time.perf_counter_
     the event loop's I/O, and sleeps the final stretch outright; nothing waits longer than
     ``nap_ns`` for the loop, and the wait ends within ~0.1 ms of the instant.
     """
-    spin_from = 0
-    while True:
-        delay = due_ns - clock()
-        if delay <= 0:
-            if spin_from:
-                SpinMeter.spun_ns += clock() - spin_from
-            return True
-        if wake is not None and wake.is_set():
-            return False
-        if delay > spin_ns + 200_000:
-            seconds = (delay - spin_ns) / 1e9
-            if wake is None:
-                await asyncio.sleep(seconds)
+    spinning = False
+    try:
+        while True:
+            delay = due_ns - clock()
+            if delay <= 0:
+                return True
+            if wake is not None and wake.is_set():
+                return False
+            if delay > spin_ns + 200_000:
+                seconds = (delay - spin_ns) / 1e9
+                if wake is None:
+                    await asyncio.sleep(seconds)
+                else:
+                    try:
+                        await asyncio.wait_for(wake.wait(), seconds)
+                        return False
+                    except asyncio.TimeoutError:
+                        pass
+            elif nap_ns:
+                time.sleep(min(delay, nap_ns) / 1e9)
+                if delay > nap_ns:
+                    await asyncio.sleep(0)
             else:
-                try:
-                    await asyncio.wait_for(wake.wait(), seconds)
-                    return False
-                except asyncio.TimeoutError:
-                    pass
-        elif nap_ns:
-            time.sleep(min(delay, nap_ns) / 1e9)
-            if delay > nap_ns:
+                if not spinning:
+                    spinning = True
+                    SpinMeter.enter(clock())
                 await asyncio.sleep(0)
-        else:
-            spin_from = spin_from or clock()
-            await asyncio.sleep(0)
+    finally:
+        if spinning:
+            SpinMeter.leave(clock())

@@ -9,7 +9,6 @@ into one ``records.parquet``.
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing as mp
 import signal
 import time
@@ -17,6 +16,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from . import aio
 from .workload import Workload
 
 __all__ = ["run_sharded"]
@@ -31,9 +31,9 @@ def _worker(conn: Connection, settings: Any, workload: Workload, url: str, model
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the engine installs its own handler
     conn.send("ready")
     start_ns = conn.recv()
-    client = asyncio.run(run_engine(settings, workload, url, model, Path(run_dir), run_id, api_key=api_key,
-                                    stream_name=f"{stem}-w{shard:02d}.arrows", shard=shard, shards=shards,
-                                    start_ns=start_ns))
+    client = aio.run(run_engine(settings, workload, url, model, Path(run_dir), run_id, api_key=api_key,
+                                stream_name=f"{stem}-w{shard:02d}.arrows", shard=shard, shards=shards,
+                                start_ns=start_ns))
     conn.send(client)
     conn.close()
 

@@ -172,4 +172,5 @@ def test_run_json_says_what_was_sent(fixed_sim, tmp_path):
     assert meta["settings"]["seed"] == 7
     assert meta["tool"]["name"] == "loadgen"
     assert meta["client"]["clock_anchor"]["wall_ns"] > 0
+    assert meta["client"]["event_loop"] in ("uvloop", "asyncio")
     assert read_records(out).num_rows == 9

@@ -1,0 +1,160 @@
+"""Reading a streamed response body at the moment aiohttp's protocol receives it.
+
+Why: the usual ``await content.readany()`` loop costs a future, a task wake-up
+and a coroutine resume per socket read, and stamps each read only when the
+task gets to run again (behind whatever else the loop had queued). At a
+thousand streams that is most of the client's CPU and the main source of
+timestamp delay. Here the body's reads are handed to a callback from inside
+the protocol's ``data_received`` (via aiohttp's payload ``StreamReader``), so
+each read is stamped as the loop delivers it and the task wakes only once, at
+the end of the body.
+
+The hook is a ``StreamReader`` subclass of the same layout, swapped in for the
+life of one body; where aiohttp hands out some other payload type (a
+decompressing wrapper, a future aiohttp), reading falls back to ``readany``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp.streams import StreamReader
+
+__all__ = ["read_body"]
+
+OnRead = Callable[[bytes], None]
+_SINKS: dict[StreamReader, OnRead] = {}
+
+
+class _Hooked(StreamReader):
+    """A StreamReader whose body data goes to its sink instead of its buffer."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, *args: int) -> bool:  # type: ignore[override]
+        sink = _SINKS.get(self)
+        if sink is None:
+            return StreamReader.feed_data(self, data, *args)
+        if data:
+            try:
+                sink(data)
+            except Exception as e:  # the reader's verdict on the stream (bad SSE, an error event)
+                del _SINKS[self]
+                self.set_exception(e)
+        return False
+
+    # per HTTP chunk; the plain reader wakes its waiter on each, which would wake the task per chunk
+    def begin_http_chunk_receiving(self) -> None:
+        if self not in _SINKS:
+            StreamReader.begin_http_chunk_receiving(self)
+
+    def end_http_chunk_receiving(self) -> None:
+        if self not in _SINKS:
+            StreamReader.end_http_chunk_receiving(self)
+
+
+_HOOKABLE = all(hasattr(StreamReader, a) for a in (
+    "__slots__", "begin_http_chunk_receiving", "end_http_chunk_receiving", "_buffer", "_buffer_offset", "_size",
+    "_cursor", "_http_chunk_splits", "_protocol"))
+
+
+def _take_buffered(content: StreamReader) -> bytes:
+    """Everything the reader holds, in one piece (``read_nowait`` goes chunk by chunk, with a
+    flow-control call for each: most of the cost of a short answer that arrived all at once)."""
+    buf = content._buffer
+    if not buf:
+        return b""
+    data = b"".join(buf)
+    if content._buffer_offset:
+        data = data[content._buffer_offset:]
+    buf.clear()
+    content._buffer_offset = 0
+    content._cursor += len(data)
+    content._size = 0
+    if content._http_chunk_splits:
+        content._http_chunk_splits.clear()
+    content._protocol.resume_reading()
+    return data
+
+
+async def read_body(content: StreamReader, on_read: OnRead) -> None:
+    """Pass every read of ``content`` to ``on_read`` until the body ends.
+
+    ``on_read`` runs inside the event loop's I/O callback: it must be quick and
+    must not await. An exception it raises ends the body and is raised here;
+    a connection lost mid-body raises aiohttp's payload error here.
+    """
+    if not (_HOOKABLE and type(content) is StreamReader):
+        while data := await content.readany():
+            on_read(data)
+        return
+    data = _take_buffered(content)  # what arrived together with the headers
+    if data:
+        on_read(data)
+    exc = content.exception()
+    if exc is not None:
+        raise exc
+    if content.is_eof():
+        return
+    content.__class__ = _Hooked
+    _SINKS[content] = on_read
+    try:
+        await content.wait_eof()
+        exc = content.exception()
+        if exc is not None:
+            raise exc
+    finally:
+        _SINKS.pop(content, None)
+        content.__class__ = StreamReader
+    data = _take_buffered(content)
+    if data:
+        on_read(data)
+
+
+SEQ_HEADER = "X-Loadgen-Seq"
+
+
+def stamping_request_class(on_send: Callable[[int, bool], None], hold: Callable[[int], Awaitable[None]],
+                           on_written: Callable[[int], None]) -> type:
+    """An aiohttp ``ClientRequest`` class that reports when each request goes out, and can hold it.
+
+    The engine prepares a request (body, aiohttp's own work, a connection) a little
+    before its intended instant; ``hold(seq)`` is awaited just before the bytes are
+    written, so they go out at the instant rather than after the preparation.
+
+    Why not aiohttp's tracing signals: they cost ~60 us a request here (an
+    attrs object and an awaited signal per event, for every event), and their
+    "headers sent" fires before the headers are even serialised; aiohttp
+    writes headers and body together later, from the body-writing task.
+
+    ``on_send(seq, reused)`` runs when the request is given its connection
+    (``reused``: a pooled keep-alive connection that served an earlier request,
+    which the server may have closed meanwhile); ``on_written(seq)`` when its
+    bytes have been handed to the socket. ``seq`` is read from the
+    ``X-Loadgen-Seq`` header the engine sends; requests without it are not
+    reported.
+    """
+    from weakref import WeakSet
+
+    from aiohttp import ClientRequest
+
+    served: WeakSet[object] = WeakSet()
+
+    class StampingRequest(ClientRequest):
+        async def send(self, conn):  # type: ignore[no-untyped-def]
+            seq = self.headers.get(SEQ_HEADER)
+            if seq is not None:
+                proto = conn.protocol
+                on_send(int(seq), proto in served)
+                served.add(proto)
+            return await super().send(conn)
+
+        async def write_bytes(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seq = self.headers.get(SEQ_HEADER)
+            if seq is not None:
+                await hold(int(seq))
+            await super().write_bytes(*args, **kwargs)
+            if seq is not None:
+                on_written(int(seq))
+
+    return StampingRequest

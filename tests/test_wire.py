@@ -1,0 +1,190 @@
+"""Reading bodies inside aiohttp's protocol, and stamping requests as they go out, over real loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+import aiohttp.web
+import numpy as np
+import pytest
+
+from loadgen import wire
+from loadgen.engine import Engine, EngineConfig, Plan
+from loadgen.records import RecordWriter, read_stream
+from loadgen.workload import SyntheticChat
+
+CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+TAIL = b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'
+
+
+class _Paced(asyncio.Protocol):
+    """HTTP/1.1 keep-alive server: answers each request with ``n`` chunks ``gap_s`` apart.
+
+    Notes the perf_counter_ns at which each request's bytes arrived. With ``drop_reused``
+    it behaves like a server that closed an idle keep-alive connection just as the
+    client reused it: a second request on a connection is read and dropped unanswered.
+    """
+
+    def __init__(self, log: dict[str, list], n: int, gap_s: float, drop_reused: bool) -> None:
+        self.log, self.n, self.gap_s, self.drop_reused = log, n, gap_s, drop_reused
+        self.buf = b""
+        self.served = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buf[:end].decode().lower()
+        length = int(head.split("content-length:")[1].split("\r\n")[0])
+        if len(self.buf) < end + 4 + length:
+            return
+        self.log["arrived"].append(time.perf_counter_ns())
+        self.buf = b""
+        if self.drop_reused and self.served:
+            self.log["dropped"].append(1)
+            self.t.close()
+            return
+        self.served += 1
+        asyncio.get_running_loop().create_task(self.answer())
+
+    async def answer(self) -> None:
+        self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                     b"Connection: keep-alive\r\n\r\n")
+        for _ in range(self.n):
+            await asyncio.sleep(self.gap_s)
+            self.log["wrote"].append(time.perf_counter_ns())
+            self.t.write(b"%x\r\n%s\r\n" % (len(CHUNK), CHUNK))
+        tail = TAIL % self.n
+        self.t.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+
+
+async def _serve(log: dict[str, list], n: int, gap_s: float, drop_reused: bool = False) -> tuple[asyncio.Server, str]:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Paced(log, n, gap_s, drop_reused), "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+def _run(tmp_path: Path, n: int, gap_s: float, plan: Plan, drop_reused: bool = False) -> tuple[dict, dict]:
+    log: dict[str, list] = {"arrived": [], "wrote": [], "dropped": []}
+
+    async def go() -> None:
+        server, url = await _serve(log, n, gap_s, drop_reused)
+        async with server:
+            with RecordWriter(tmp_path / "r.arrows") as w:
+                engine = Engine(EngineConfig(url=url, model="m", run_id="t"), w)
+                await engine.run(plan, time.perf_counter_ns() + 10_000_000, grace_s=20)
+
+    asyncio.run(go())
+    return read_stream(tmp_path / "r.arrows").to_pydict(), log
+
+
+def test_the_hook_applies_to_the_installed_aiohttp() -> None:
+    # if a future aiohttp changes StreamReader, reading silently falls back to readany; this says so
+    assert wire._HOOKABLE, f"aiohttp {aiohttp.__version__}: StreamReader no longer fits the hook"
+
+
+def test_each_read_is_stamped_when_it_arrives_not_when_the_task_next_runs(tmp_path: Path) -> None:
+    wl = SyntheticChat(input_tokens=4, output_tokens=12)
+    rec, log = _run(tmp_path, 12, 0.01, Plan(wl.session, np.zeros(1, dtype=np.int64), np.arange(1)))
+    assert rec["status"] == ["ok"] and rec["output_tokens"] == [12]
+    stamps = np.asarray(rec["chunk_ns"][0])
+    wrote = np.asarray(log["wrote"])
+    assert len(stamps) == len(wrote) == 12
+    # every stamp follows its write, by loopback delivery time only (same machine, same clock)
+    delay_ms = (stamps - wrote) / 1e6
+    assert (delay_ms > 0).all(), delay_ms
+    assert np.median(delay_ms) < 2, delay_ms
+
+
+def test_t_sent_is_when_the_request_was_written(tmp_path: Path) -> None:
+    wl = SyntheticChat(input_tokens=4, output_tokens=3)
+    offs = (np.arange(20) * 5e6).astype(np.int64)
+    rec, log = _run(tmp_path, 3, 0.002, Plan(wl.session, offs, np.arange(20)))
+    assert set(rec["status"]) == {"ok"}
+    sent = np.sort(np.asarray(rec["t_sent"]))
+    arrived = np.sort(np.asarray(log["arrived"]))
+    # prepared early, but held: no byte leaves before its intended instant
+    assert (np.asarray(rec["t_sent"]) >= np.asarray(rec["t_sched"])).all()
+    assert (arrived >= np.sort(np.asarray(rec["t_sched"]))).all()
+    # written before the server had it, and not long before: no connect or queueing hidden in it
+    assert (sent <= arrived).all()
+    assert np.median((arrived - sent) / 1e6) < 2
+
+
+def test_a_request_sent_on_a_connection_the_server_dropped_is_sent_again_once(tmp_path: Path) -> None:
+    wl = SyntheticChat(input_tokens=4, output_tokens=2)
+    rec, log = _run(tmp_path, 2, 0.001, Plan(wl.session, concurrency=1, count=5), drop_reused=True)
+    assert rec["status"] == ["ok"] * 5
+    # requests 2..5 each went out first on the pooled connection, which the server dropped
+    assert len(log["dropped"]) == 4
+    assert len(log["arrived"]) == 9
+
+
+def test_a_bad_event_mid_body_ends_the_request_as_bad_stream(tmp_path: Path) -> None:
+    async def go() -> list[str]:
+        async def handler(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            resp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(CHUNK)
+            await asyncio.sleep(0.01)
+            await resp.write(b"data: {not json\n\n")
+            await asyncio.sleep(0.01)
+            await resp.write(CHUNK + b"data: [DONE]\n\n")
+            return resp
+
+        app = aiohttp.web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = aiohttp.web.AppRunner(app)
+        await runner.setup()
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            with RecordWriter(tmp_path / "r.arrows") as w:
+                engine = Engine(EngineConfig(url=f"http://127.0.0.1:{port}/v1", model="m", run_id="t"), w)
+                wl = SyntheticChat(input_tokens=4, output_tokens=3)
+                await engine.run(Plan(wl.session, np.zeros(2, dtype=np.int64), np.arange(2)),
+                                 time.perf_counter_ns() + 5_000_000, grace_s=10)
+        finally:
+            await runner.cleanup()
+        return read_stream(tmp_path / "r.arrows").to_pydict()["status"]
+
+    assert asyncio.run(go()) == ["bad_stream", "bad_stream"]
+
+
+@pytest.mark.parametrize("split", [1, 7, len(CHUNK) + 3])
+def test_reads_split_anywhere_are_all_delivered(split: int) -> None:
+    body = CHUNK * 5 + TAIL % 5
+
+    async def go() -> bytes:
+        async def handler(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            resp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(0, len(body), split):
+                await resp.write(body[i:i + split])
+                await asyncio.sleep(0)
+            return resp
+
+        app = aiohttp.web.Application()
+        app.router.add_get("/", handler)
+        runner = aiohttp.web.AppRunner(app)
+        await runner.setup()
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        got: list[bytes] = []
+        try:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as resp:
+                await wire.read_body(resp.content, got.append)
+        finally:
+            await runner.cleanup()
+        return b"".join(got)
+
+    assert asyncio.run(go()) == body
