@@ -15,7 +15,7 @@ import orjson
 
 from loadgen.sim.model import FixedModel, TimingModel
 from loadgen.sim.roofline import RooflineModel
-from loadgen.sim.server import SimConfig, SimServer, _word_index
+from loadgen.sim.server import SimConfig, SimServer, _word_index, _Writer
 from loadgen.tokenizer import BUILTIN, WORDS
 
 
@@ -114,6 +114,39 @@ def test_chat_stream_framing_words_and_truth(tmp_path):
     assert t["written_ns"] == sorted(t["written_ns"]) and not t["cancelled"]
     st = model.stats()
     assert st["steps_total"] >= 40 and st["generation_tokens_total"] == 40
+
+
+def test_concurrent_streams_are_written_by_the_prepared_path(tmp_path, monkeypatch):
+    """Several streams decoding together: the model formats each step's tokens before the step's end and
+    writes them first thing at the end (``_Writer.fire``); what arrives is still exact, in order, and never
+    written before its modelled instant."""
+    fired: list[int] = []
+    fire = _Writer.fire
+
+    def counting_fire(self: _Writer) -> None:
+        fired.append(1)
+        fire(self)
+
+    monkeypatch.setattr(_Writer, "fire", counting_fire)
+    n, streams = 30, 4
+    prompts = [" ".join(["the"] * (k + 1)) for k in range(streams)]  # distinct prompts, distinct words
+    bodies = [{"messages": [{"role": "user", "content": p}], "stream": True, "max_tokens": n, "ignore_eos": True}
+              for p in prompts]
+    model = RooflineModel("h100", "llama-3.1-8b", max_num_seqs=8)
+
+    async def fetch_all(port: int) -> list[bytes]:
+        return list(await asyncio.gather(*(_fetch(port, _request(port, b)) for b in bodies)))
+
+    resps, truth, _ = _serve(model, tmp_path, fetch_all)
+    for prompt, resp in zip(prompts, resps, strict=True):
+        _, ev = _events(resp)
+        tokens = [orjson.loads(e) for e in ev[1:-2]]
+        assert "".join(c["choices"][0]["delta"]["content"] for c in tokens) == _words(len(BUILTIN.encode(prompt)), 0, n)
+    assert len(truth) == streams
+    for t in truth:
+        assert len(t["written_ns"]) == n and t["written_ns"] == sorted(t["written_ns"])
+        assert all(m <= e <= w for m, e, w in zip(t["model_ns"], t["emit_ns"], t["written_ns"], strict=True))
+    assert len(fired) > streams * n // 2  # most tokens: all but each stream's first few, and any late step's
 
 
 def test_completions_stream_and_tokens_per_chunk(tmp_path):

@@ -11,6 +11,7 @@ import asyncio
 import signal
 import sys
 
+from .. import aio
 from ..errors import ConfigError
 from ..sim.faults import FaultSpecError, parse_faults
 from ..sim.model import FixedModel, TimingModel
@@ -128,5 +129,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    asyncio.run(serve(args))
+    # the client's loop (aio.py): uvloop where installed, LOADGEN_LOOP to force one; what it
+    # changes for the simulator's capacity is in docs/simulator.md §7
+    aio.run(serve(args))
     return 0

@@ -9,6 +9,7 @@ fault run is reproducible.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -45,8 +46,9 @@ class FaultSpec:
         if self.usage_under < 0:
             raise FaultSpecError("--faults usage_under must be >= 0")
 
-    @property
+    @functools.cached_property
     def any(self) -> bool:
+        """Some fault or quirk is on (cached: asked once per request, and the spec is frozen)."""
         return self != FaultSpec(seed=self.seed)
 
 

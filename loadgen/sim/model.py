@@ -4,7 +4,8 @@ The server (``sim/server.py``) speaks HTTP; a model decides *when* each output
 token exists. A model emits tokens by bumping ``SimRequest.emitted`` (recording
 each token's emission time in ``emit_ns``). That either calls the request's ``sink``
 (the server's streaming writer, which writes the new token to the socket there
-and then, inside the model's step) or wakes ``SimRequest.wait()``, where the
+and then, inside the model's step, unless the model had it written already through
+``prepare``) or wakes ``SimRequest.wait()``, where the
 server's handler wakes, writes every newly emitted token, and waits again. A
 slow reader never stalls the model (the writer hands a backed-up stream to its
 handler), and several tokens emitted between two wake-ups go out in one TCP
@@ -25,9 +26,15 @@ from typing import Any, Protocol
 
 from ..timing import sleep_until
 
-__all__ = ["SimRequest", "TimingModel", "FixedModel", "Clock"]
+__all__ = ["SimRequest", "TimingModel", "FixedModel", "Clock", "COALESCE_NS"]
 
 Clock = Callable[[], int]
+# A token emitted more than this after its modelled instant (the model is far behind: the core cannot
+# keep up) is not written at once but with the tokens that follow it (server.py, ``_Writer.on_emit``):
+# fewer writes, so the model catches up. Not lower: a brief stall of the core (a hypervisor taking it
+# for a millisecond) leaves a step a little late, and coalescing its tokens would make the next steps
+# late too, their tokens waiting for the same deferred write.
+COALESCE_NS = 10_000_000
 
 
 @dataclass(eq=False, slots=True)
@@ -51,6 +58,12 @@ class SimRequest:
     # server's streaming writer, which sends a step's tokens from inside the step. It wakes the
     # handler itself (``notify``) for anything it does not do there.
     sink: Callable[[], None] | None = None
+    # Optional, beside ``sink``: called by a stepping model *before* a step's end for a request that
+    # will emit one token then. Returns a function that writes that token to the socket (it counts
+    # as taken), called at the step's end before any bookkeeping, or None when the sink will handle the
+    # token on ``emit`` as usual. It keeps the per-token work between the modelled instant and the
+    # socket to one call: what the step's last token waits for is the writes before it, little else.
+    prepare: Callable[[], Callable[[], None] | None] | None = None
     _waiter: asyncio.Future[None] | None = None
 
     def notify(self) -> None:

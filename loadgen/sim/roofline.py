@@ -25,13 +25,15 @@ import contextlib
 import gc
 import math
 import os
+import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..timing import sleep_until
-from .model import Clock, SimRequest
+from .model import COALESCE_NS, Clock, SimRequest
 from .prefix_cache import PrefixCache, block_hashes
 from .profiles import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, GpuProfile, ModelProfile
 from .profiles import gpu as load_gpu
@@ -40,20 +42,36 @@ from .profiles import model as load_model
 __all__ = ["RooflineModel", "CapacityError", "Saturation", "offline_throughput"]
 
 ACT_BYTES = 2  # activations exchanged by the TP all-reduce are BF16
-# The engine loop's wait for a step's end: no asyncio timer within 1.3 ms of it (they wake up to
-# ~1.2 ms late); over that stretch, kernel naps of <= 0.1 ms with the server's I/O run between them,
-# then a kernel sleep to the instant. Lands within ~0.1 ms, and a process that sleeps rather than
-# spins is the one the OS scheduler favours on a shared core (timing.py).
-_SPIN_NS, _NAP_NS = 1_300_000, 100_000
+# The engine loop's wait for a step's end: no asyncio timer within 2 ms of it (they wake up to
+# ~1.2 ms late, later when a loop turn runs long); over that stretch, kernel naps of <= 0.1 ms with
+# the server's I/O run between them (timing.py), and over the last 0.25 ms one kernel sleep to the
+# instant, so that no loop turn (a request's HTTP parsing, its handler) starts just before the step's
+# writes are due. Lands ~0.03 ms late (p50), and a process that sleeps rather than spins is the one the
+# OS scheduler favours on a shared core.
+_SPIN_NS, _NAP_NS, _HOLD_NS = 2_000_000, 100_000, 250_000
 # How far past a step's end the server's front-end work may run it, in all; and how much front-end
 # work goes between two steps even when it does not fit (``headroom``).
-_FRONTEND_SLACK_NS, _FRONTEND_GAP_NS = 500_000, 1_000_000
+_FRONTEND_SLACK_NS, _FRONTEND_GAP_NS = 250_000, 1_000_000
 # A loop that is behind yields to the event loop at least this often; and a step in flight this far
 # past its end means the loop is far behind: front-end work is no longer held back for it.
 _BEHIND_YIELD_NS = _FAR_BEHIND_NS = 5_000_000
 
 
 _sched_yield = getattr(os, "sched_yield", lambda: None)
+
+
+def _fine_timer_slack() -> None:
+    """Ask Linux for 1 us of timer slack on this thread instead of the default 50 us: the engine
+    loop's kernel naps before a step's end (``_NAP_NS``) then wake within ~10 us of when asked,
+    not ~60 us, and that is lateness every step would carry. A no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK, in ns
+    except (OSError, AttributeError):
+        pass
 
 
 def _collect_young() -> None:
@@ -321,6 +339,7 @@ class RooflineModel:
     # ---- TimingModel --------------------------------------------------------------------
     async def start(self) -> None:
         if self._task is None:
+            _fine_timer_slack()  # this thread runs the engine loop
             self._stepped.clear()
             self._task = asyncio.get_running_loop().create_task(self._loop())
             self._task.add_done_callback(self._on_done)
@@ -445,8 +464,13 @@ class RooflineModel:
             end = start + int(plan.seconds * 1e9)
             self._next_end, self._slack_left = end, _FRONTEND_SLACK_NS
             now = self.clock()
+            writes: list[Callable[[], None]] = []
             if now < end:  # to ~0.1 ms: no timer can be late past `end` (timing.py)
-                await sleep_until(end, self.clock, spin_ns=_SPIN_NS, nap_ns=_NAP_NS)
+                writes = self._prepare(plan)  # while there is time: the step's writes, ready to go
+                await sleep_until(end - _HOLD_NS, self.clock, spin_ns=_SPIN_NS, nap_ns=_NAP_NS)
+                left = end - self.clock()
+                if left > 0:
+                    time.sleep(left / 1e9)
                 yielded = self.clock()
             elif now - yielded > _BEHIND_YIELD_NS:
                 # Behind: steps run back to back to catch up, but the server's I/O (new requests,
@@ -454,12 +478,22 @@ class RooflineModel:
                 await asyncio.sleep(0)
                 yielded = self.clock()
             # the model's clock stays at ``end`` (no drift); the ground truth is when tokens really
-            # went out: stamped now, and (by the server's sink) written to their sockets in _complete
-            self._complete(plan, end, emitted_ns=self.clock())
+            # went out: stamped now, then written to their sockets, first the prepared writes (one
+            # call each), then, in _complete's bookkeeping, the others by the server's sink. A step
+            # far behind gets no prepared writes: its tokens go the sink's way (coalesced, server.py).
+            emitted = written = self.clock()
+            if writes and emitted - end <= COALESCE_NS:
+                for write in writes:
+                    write()
+                written = self.clock()
+            else:
+                writes = []
             # A step is late when its tokens went out (the last of them was handed to its socket)
-            # more than the threshold after the modelled instant. (Tokens emitted more than 2 ms
-            # late are written a little later still, coalesced: their step counts late anyway.)
-            late = self.clock() - end
+            # more than the threshold after the modelled instant. (Tokens emitted more than
+            # COALESCE_NS late are written later still, coalesced: their step counts late anyway.)
+            if self._complete(plan, end, emitted_ns=emitted) > len(writes) or not writes:
+                written = self.clock()  # a sink may have written in the bookkeeping
+            late = written - end
             self._last_late_ns = late
             self._c["steps"] += 1
             if late > self._max_late_ns:
@@ -488,6 +522,20 @@ class RooflineModel:
                 break
             self._complete(plan, start + int(plan.seconds * 1e9))
         return self._t_model
+
+    def _prepare(self, plan: _Plan) -> list[Callable[[], None]]:
+        """The writes of the tokens this step will emit, made ready before its end by the requests'
+        ``prepare`` (the server's direct streams), to be called first thing at the end."""
+        writes = []
+        for s in plan.items:
+            r = s.req
+            prepare = r.prepare
+            if (prepare is not None and not s.done and r.max_tokens > 0
+                    and s.computed + s.step_tokens == s.prompt_len + r.emitted):
+                write = prepare()
+                if write is not None:
+                    writes.append(write)
+        return writes
 
     def _next_start(self) -> int | None:
         if self._running:
@@ -597,15 +645,16 @@ class RooflineModel:
         self._c["preempt"] += 1
         self._waiting.appendleft(s)
 
-    def _complete(self, plan: _Plan, end: int, emitted_ns: int | None = None) -> None:
+    def _complete(self, plan: _Plan, end: int, emitted_ns: int | None = None) -> int:
         """Apply a finished step: KV grows, full prompt blocks enter the cache, tokens go out
         (stamped ``emitted_ns``, the real instant, when it differs from the model's ``end``).
 
-        Emitting calls the server's sink, which writes each token to its socket here: this loop
-        is the simulator's hot path (one pass per step over the batch)."""
+        Emitting calls the server's sink, which writes each token to its socket here unless it was
+        written already (``_prepare``): this loop is the simulator's hot path (one pass per step
+        over the batch). Returns how many emitted tokens went to a sink."""
         self._t_model = end
         stamp = end if emitted_ns is None else emitted_ns
-        bs, finished, gen = self.block_size, False, 0
+        bs, finished, gen, sinks = self.block_size, False, 0, 0
         for s in plan.items:
             if s.done:  # cancelled during the step
                 continue
@@ -622,6 +671,8 @@ class RooflineModel:
                     r.prefill_end_ns = stamp
                 if r.max_tokens > 0:
                     gen += 1
+                    if r.sink is not None:
+                        sinks += 1
                     r.emit(1, stamp, end)
                 else:
                     r.emit(0, stamp, end)
@@ -633,6 +684,7 @@ class RooflineModel:
         self._c["gen"] += gen
         if finished:
             self._running = [s for s in self._running if not s.done]
+        return sinks
 
 
 def offline_throughput(gpu: GpuProfile | str, model: ModelProfile | str, input_tokens: int,

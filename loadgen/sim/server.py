@@ -16,6 +16,7 @@ handling waits for room between steps (``TimingModel.headroom``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import time
 import zlib
@@ -29,7 +30,7 @@ from aiohttp import HttpVersion11, web
 
 from ..tokenizer import BUILTIN, WORDS
 from .faults import FaultPlan, FaultSpec, plan_for
-from .model import FixedModel, SimRequest, TimingModel
+from .model import COALESCE_NS, FixedModel, SimRequest, TimingModel
 
 __all__ = ["SimConfig", "SimServer"]
 
@@ -57,9 +58,14 @@ def _error(status: int, message: str, etype: str, code: str | None = None) -> we
 
 def _natural_length(prompt_ids: list[int], mean: int) -> int:
     """Where the simulated model would emit EOS: a pure function of the prompt."""
-    h = zlib.crc32(np.asarray(prompt_ids[-64:], dtype=np.int64).tobytes())
-    rng = np.random.default_rng(h)
-    return max(1, int(rng.exponential(mean)))
+    return _natural_draw(zlib.crc32(np.asarray(prompt_ids[-64:], dtype=np.int64).tobytes()), mean)
+
+
+@functools.lru_cache(maxsize=4096)
+def _natural_draw(h: int, mean: int) -> int:
+    """Cached: seeding a numpy generator costs ~0.1 ms of a slow core, most of a request's handling,
+    and workloads repeat prompts (shared system prompts, fixed benchmark prompts)."""
+    return max(1, int(np.random.default_rng(h).exponential(mean)))
 
 
 class _Frames:
@@ -228,9 +234,8 @@ class SimServer:
                 "context_length_exceeded",
             )
         limit = room if max_tokens is None else max_tokens
-        natural = _natural_length(prompt_ids, cfg.natural_mean_tokens)
         ignore_eos = bool(body.get("ignore_eos")) and not cfg.faults.ignore_eos_ignored
-        n_out = limit if ignore_eos else min(limit, natural)
+        n_out = limit if ignore_eos else min(limit, _natural_length(prompt_ids, cfg.natural_mean_tokens))
         if cfg.faults.ignore_max_tokens and max_tokens is not None:
             n_out = min(max(n_out, 2 * max_tokens), room)
         finish = "length" if n_out >= limit else "stop"
@@ -298,7 +303,8 @@ class SimServer:
         finish: str, plan: FaultPlan, stops: list[str],
     ) -> web.StreamResponse:
         """Stream one answer. The handler only starts and ends it (and steps in for faults and a
-        backed-up socket): each token is written by the model's step itself (``_Writer.on_emit``)."""
+        backed-up socket): each token is written by the model's step itself (``_Writer.fire`` or
+        ``_Writer.on_emit``)."""
         cfg = self.config
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
@@ -338,7 +344,7 @@ class SimServer:
                     w.go_direct(request.transport)
                 await req.wait()
                 w.direct = False
-            req.sink = None
+            req.sink = req.prepare = None
             await self.model.headroom(_FINISH_NS)
             final = [frames.finish(w.finish or finish)]
             if include_usage:
@@ -350,7 +356,7 @@ class SimServer:
             raise
         finally:
             w.direct = False
-            req.sink = None
+            req.sink = req.prepare = None
         return resp
 
 
@@ -358,8 +364,6 @@ _STALL, _CUT = 1, 2  # fault points where the handler takes over (it must await,
 # Bytes a stream may have queued in its socket (a slow reader) before its handler takes over from the
 # direct writes: the handler writes through aiohttp, which waits for the reader to drain.
 _DIRECT_LIMIT = 64 * 1024
-# A token emitted this late (the model is behind) waits to go out with the next ones (_Writer.on_emit).
-_COALESCE_NS = 2_000_000
 
 
 class _Writer:
@@ -369,14 +373,17 @@ class _Writer:
     cutting at a stop string, adding continuous usage, injecting malformed lines, holding everything
     when ``buffered``). While ``direct`` the model calls ``on_emit`` (as ``SimRequest.sink``) inside
     its step, and the bytes go to the socket there and then: one ``transport.write`` per stream per
-    step, with no task wake-up, no coroutine chain, no per-token future. It is the same write aiohttp
+    step, with no task wake-up, no coroutine chain, no per-token future. On the hot path (one token
+    per chunk, no options) the model does better still: ``prepare`` formats the token's chunk while
+    the engine waits for the step's end, and ``fire`` writes it first thing at the end, so the last
+    token of a step waits only for the other streams' writes (``SimRequest.prepare``). It is the same write aiohttp
     would make (``resp.enable_chunked_encoding()`` fixed the framing before ``prepare``, headers went
     out with the first ``resp.write``). Whatever needs awaiting or ends the stream (a stall, a
     disconnect, the end of the answer, a socket backing up, an error) wakes the handler instead.
     """
 
     __slots__ = ("req", "frames", "per_chunk", "usage", "stops", "plan", "buffered", "simple", "fast", "word0",
-                 "post", "framed", "pending", "loop",
+                 "post", "framed", "pending", "loop", "next", "fired",
                  "sent", "held", "tail", "finish", "action", "stalled", "stopped", "transport", "chunked",
                  "direct", "error")
 
@@ -403,6 +410,8 @@ class _Writer:
         self.pending = False  # a flush is scheduled (on_emit, behind)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
+        self.next = b""  # the HTTP chunk of the next token, made by ``prepare``
+        self.fired = False  # ``fire`` wrote the token being emitted
 
     def complete(self) -> bool:
         """Everything there is to send has been taken (the finish chunk is next)."""
@@ -425,15 +434,20 @@ class _Writer:
         ready, sent = req.emitted, self.sent
         if ready <= sent or self.stopped or self.action:
             return b""
-        if self.simple and ready == sent + 1:  # the hot path: one token, no options
+        if self.simple:  # the hot path: no options, one chunk per token
             self.sent = ready
-            return self.frames.token(_WORD_JSON[(self.word0 + sent * 7919) % _N_WORDS])
+            token, word0 = self.frames.token, self.word0
+            if ready == sent + 1:
+                return token(_WORD_JSON[(word0 + sent * 7919) % _N_WORDS])
+            return b"".join([token(_WORD_JSON[(word0 + k * 7919) % _N_WORDS]) for k in range(sent, ready)])
         if not req.finished and ready - sent < self.per_chunk:
             return b""
         frames, plan, stops = self.frames, self.plan, self.stops
         out: list[bytes] = []
         while sent < ready:
             k = min(self.per_chunk, ready - sent)
+            if k < self.per_chunk and not req.finished:
+                break  # a partial chunk only ends the answer: the rest waits for more tokens
             if sent <= plan.stall_at < sent + k and not self.stalled:
                 self.action = _STALL
                 break
@@ -478,23 +492,62 @@ class _Writer:
             self.transport, self.direct = transport, True
             self.loop = asyncio.get_running_loop()
             self.req.sink = self.on_emit
+            if self.fast:
+                self.req.prepare = self.prepare
+
+    def prepare(self) -> Callable[[], None] | None:
+        """Before a step's end (``SimRequest.prepare``): the HTTP chunk of the token the step will emit,
+        formatted now, while the engine waits; returns ``fire``, which writes it at the end. Only on
+        ``on_emit``'s hot path (one token, no options, chunked, writing directly)."""
+        sent = self.sent
+        if not self.direct or self.req.emitted != sent:
+            return None
+        word = _WORD_JSON[(self.word0 + sent * 7919) % _N_WORDS]
+        self.next = b"%x\r\n%b%b%b\r\n" % (self.framed + len(word), self.frames.pre, word, self.post)
+        return self.fire
+
+    def fire(self) -> None:
+        """At the step's end, before the model's bookkeeping: write the prepared token, stamped just
+        before. It counts as taken; ``on_emit``, called for it in the bookkeeping, only checks the socket."""
+        if not self.direct:
+            return  # the handler took over meanwhile: the token goes the ordinary way
+        t = self.transport
+        try:
+            if not t.is_closing():
+                self.sent += 1
+                self.fired = True
+                self.req.written_ns.append(_now())
+                t.write(self.next)
+        except Exception as e:  # noqa: BLE001 - re-raised by the handler (on_emit wakes it)
+            self.error, self.direct = e, False
 
     def on_emit(self) -> None:
         """Called by the model, inside its step, for each token: write it now, or wake the handler.
 
-        A token emitted more than ``_COALESCE_NS`` after its modelled instant (the model is behind:
-        the core cannot keep up) is not written at once: one write, when the model next yields to
+        A token emitted more than ``COALESCE_NS`` (10 ms) after its modelled instant (the model is far
+        behind: the core cannot keep up) is not written at once: one write, when the model next yields to
         the event loop, carries all the tokens emitted until then. Writes are most of the cost of
         a token, so a model that falls behind catches up instead of falling further behind.
         Never raises (that would stop the engine): an error goes to the handler."""
         req = self.req
+        if self.fired:  # written already by ``fire``: is the socket still keeping up?
+            self.fired = False
+            try:
+                if not req.finished and self.direct and self.transport.get_write_buffer_size() <= _DIRECT_LIMIT:
+                    return
+            except Exception as e:  # noqa: BLE001 - re-raised by the handler
+                self.error = e
+            self.direct = False
+            req.sink = None
+            req.notify()
+            return
         if not self.direct:
             req.notify()
             return
         if self.pending:
             return  # a flush is due: it takes this token too
         try:
-            if req.emit_ns and req.emit_ns[-1] - req.model_ns[-1] > _COALESCE_NS:
+            if req.emit_ns and req.emit_ns[-1] - req.model_ns[-1] > COALESCE_NS:
                 self.pending = True
                 self.loop.call_soon(self.flush)  # type: ignore[union-attr]
                 return

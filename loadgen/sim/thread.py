@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .. import aio
 from .server import SimServer
 
 __all__ = ["serve_in_thread"]
@@ -20,7 +21,7 @@ __all__ = ["serve_in_thread"]
 @contextmanager
 def serve_in_thread(server: SimServer, host: str = "127.0.0.1", timeout_s: float = 10.0) -> Iterator[str]:
     """Start ``server`` on ``host`` in a daemon thread; yields its base URL; stops it on exit."""
-    loop = asyncio.new_event_loop()
+    loop = aio.new_loop()  # the loop `loadgen sim` runs on (uvloop where installed)
     ready = threading.Event()
     failed: list[BaseException] = []
 
