@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -127,33 +129,40 @@ def test_a_request_sent_on_a_connection_the_server_dropped_is_sent_again_once(tm
     assert len(log["arrived"]) == 9
 
 
+@asynccontextmanager
+async def _streaming(pieces: list[tuple[bytes, float]]) -> AsyncIterator[str]:
+    """An aiohttp server answering any request with ``pieces`` (bytes, then a pause); yields its base URL."""
+
+    async def handler(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        resp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for data, pause in pieces:
+            await resp.write(data)
+            await asyncio.sleep(pause)
+        return resp
+
+    app = aiohttp.web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
 def test_a_bad_event_mid_body_ends_the_request_as_bad_stream(tmp_path: Path) -> None:
     async def go() -> list[str]:
-        async def handler(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-            resp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            await resp.write(CHUNK)
-            await asyncio.sleep(0.01)
-            await resp.write(b"data: {not json\n\n")
-            await asyncio.sleep(0.01)
-            await resp.write(CHUNK + b"data: [DONE]\n\n")
-            return resp
-
-        app = aiohttp.web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = aiohttp.web.AppRunner(app)
-        await runner.setup()
-        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
+        pieces = [(CHUNK, 0.01), (b"data: {not json\n\n", 0.01), (CHUNK + b"data: [DONE]\n\n", 0.0)]
+        async with _streaming(pieces) as url:
             with RecordWriter(tmp_path / "r.arrows") as w:
-                engine = Engine(EngineConfig(url=f"http://127.0.0.1:{port}/v1", model="m", run_id="t"), w)
+                engine = Engine(EngineConfig(url=url, model="m", run_id="t"), w)
                 wl = SyntheticChat(input_tokens=4, output_tokens=3)
                 await engine.run(Plan(wl.session, np.zeros(2, dtype=np.int64), np.arange(2)),
                                  time.perf_counter_ns() + 5_000_000, grace_s=10)
-        finally:
-            await runner.cleanup()
         return read_stream(tmp_path / "r.arrows").to_pydict()["status"]
 
     assert asyncio.run(go()) == ["bad_stream", "bad_stream"]
@@ -164,27 +173,10 @@ def test_reads_split_anywhere_are_all_delivered(split: int) -> None:
     body = CHUNK * 5 + TAIL % 5
 
     async def go() -> bytes:
-        async def handler(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-            resp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            for i in range(0, len(body), split):
-                await resp.write(body[i:i + split])
-                await asyncio.sleep(0)
-            return resp
-
-        app = aiohttp.web.Application()
-        app.router.add_get("/", handler)
-        runner = aiohttp.web.AppRunner(app)
-        await runner.setup()
-        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         got: list[bytes] = []
-        try:
-            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as resp:
-                await wire.read_body(resp.content, got.append)
-        finally:
-            await runner.cleanup()
+        async with _streaming([(body[i:i + split], 0.0) for i in range(0, len(body), split)]) as url, \
+                aiohttp.ClientSession() as http, http.get(url) as resp:
+            await wire.read_body(resp.content, got.append)
         return b"".join(got)
 
     assert asyncio.run(go()) == body
