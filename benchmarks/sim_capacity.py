@@ -180,7 +180,7 @@ def _floor(batch: int, period_s: float, seconds: float) -> str:
         try:
             os.close(rd)
             os.sched_setaffinity(0, {1})
-            ctypes.CDLL(None).prctl(29, 1000, 0, 0, 0)  # 1 us of timer slack, as the engine asks (roofline.py)
+            ctypes.CDLL(None).prctl(29, 1000, 0, 0, 0)  # 1 us of timer slack, as the engine asks (sim/engine_loop.py)
             conns = [srv.accept()[0] for _ in range(batch)]
             for c in conns:
                 c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
