@@ -21,12 +21,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:  # rich is imported by the terminal renderers: `loadgen check --help` needs ITEMS only
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = [
     "STATUSES",
@@ -117,6 +118,9 @@ def clip(text: Any, limit: int = _CLIP) -> str:
 
 def to_table(outcome: Outcome, why: bool = True) -> Table:
     """A rich table; every cell is a ``Text`` so endpoint text is never read as markup."""
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=Text(outcome.title), show_edge=False, title_justify="left")
     cols = ("", *outcome.columns, "result", *(("why",) if why else ()))
     for col in cols:
@@ -135,6 +139,9 @@ def to_table(outcome: Outcome, why: bool = True) -> Table:
 def print_outcome(outcome: Outcome, console: Console | None = None) -> None:
     """Header, table, reasons, notes and the verdict line; with data columns the
     reasons go under the table, one line each, so the table fits a terminal."""
+    from rich.console import Console
+    from rich.text import Text
+
     console = console or Console()
     for label, value in outcome.header:
         console.print(Text(f"{label}: ", style="bold") + Text(clip(value)))

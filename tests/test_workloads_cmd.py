@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cli.workloads_cmd import add_parser, preview_stats
+from loadgen.cli.workload_preview import preview_stats
+from loadgen.cli.workloads_cmd import add_parser
 from loadgen.errors import SpecError
 from loadgen.workload import load_workload
 

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-from ..check import ITEMS, CheckOptions, run_check
-from ..ci_outputs import print_outcome, write_outputs
+from ..check_verdicts import ITEMS
 from ..errors import ConfigError
-from ..runner import api_key_from_env, target
-from ..tokenizer import get_tokenizer
 from .run_cmd import resolve_endpoint
 from .sim_cmd import add_sim_options, sim_args
 
@@ -46,6 +42,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ..check import CheckOptions, run_check
+    from ..ci_outputs import print_outcome, write_outputs
+    from ..runner import api_key_from_env, target
+    from ..tokenizer import get_tokenizer
+
     if args.timeout <= 0:
         raise ConfigError("--timeout must be > 0 seconds")
     if args.streams < 2:

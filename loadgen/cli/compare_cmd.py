@@ -6,14 +6,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from ..compare import Comparison, Verdict, compare_runs
-from ..report.html import fmt
 from .sweep_cmd import resolve_slo
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..compare import Comparison, Verdict
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +32,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cell(v: tuple[float, float, float] | None) -> str:
+    from ..report.html import fmt
+
     return "-" if v is None else f"{fmt(v[0])} [{fmt(v[1])}, {fmt(v[2])}]"
 
 
 def verdict_table(c: Comparison, verdicts: list[Verdict], title: str) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=title, show_edge=False)
     t.add_column("figure")
     for n in c.names:
@@ -47,6 +53,8 @@ def verdict_table(c: Comparison, verdicts: list[Verdict], title: str) -> Table:
 
 
 def print_comparison(c: Comparison, console: Console) -> None:
+    from rich.text import Text
+
     for m in c.mismatches:
         console.print(Text(f"WARNING: {m}", style="bold red"))
     for n in c.notes:
@@ -59,6 +67,9 @@ def print_comparison(c: Comparison, console: Console) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..compare import compare_runs
     from ..report.compare_html import write_compare
 
     slo, slo_name, target = resolve_slo(args.slo)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..ci_outputs import print_outcome, write_outputs
 from ..errors import ConfigError
-from ..gate import gate_run, parse_tolerance
-from ..metrics import SLO
-from ..slo import Profile, builtin_profiles, load_profile
+from ..resources import builtin_dir
+
+if TYPE_CHECKING:
+    from ..metrics import SLO
+    from ..slo import Profile
 
 EXIT_CODES = "exit code 0 pass, 1 fail, 3 inconclusive (see --inconclusive), 2 usage error"
 
@@ -33,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def add_gate_options(p: argparse.ArgumentParser, standalone: bool = False) -> None:
     """The gate's flags; without ``standalone`` (for run/sweep) also ``--gate``."""
     g = p.add_argument_group("SLO gate")
-    names = ", ".join(builtin_profiles()) or "none"
+    names = ", ".join(profile_names()) or "none"
     try:
         g.add_argument("--slo", metavar="PROFILE", required=standalone, default=None,
                        help=f"SLO profile: a YAML file or a built-in name ({names})")
@@ -54,8 +56,18 @@ def add_gate_options(p: argparse.ArgumentParser, standalone: bool = False) -> No
     g.add_argument("--json", metavar="FILE", default=None, help="write the verdicts as JSON")
 
 
+def profile_names() -> list[str]:
+    """The built-in profiles' names, found as ``slo.builtin_profiles`` finds them, without
+    importing ``loadgen.slo`` (and the statistics it brings) to print a help text."""
+    folder = builtin_dir("conformance")
+    return [p.stem for p in sorted(folder.glob("*.yaml"))] if folder.is_dir() else []
+
+
 def gate_profile(args: argparse.Namespace) -> Profile | None:
     """Validate the gate flags (profile, tolerance, baseline) before any traffic; None when not gating."""
+    from ..gate import parse_tolerance
+    from ..slo import load_profile
+
     if getattr(args, "gate", False) and not getattr(args, "slo", None):
         raise ConfigError("--gate needs --slo PROFILE")
     if not getattr(args, "slo", None):
@@ -84,6 +96,9 @@ def gate_after_run(run_dir: Path, args: argparse.Namespace) -> int:
     profile = gate_profile(args)
     if profile is None:
         return 0
+    from ..ci_outputs import print_outcome, write_outputs
+    from ..gate import gate_run, parse_tolerance
+
     outcome = gate_run(Path(run_dir), profile, baseline=Path(args.baseline) if args.baseline else None,
                        tolerance=parse_tolerance(args.tolerance), inconclusive=args.inconclusive)
     print_outcome(outcome)

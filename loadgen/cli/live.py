@@ -1,19 +1,23 @@
-"""The live view while a run goes on: counters from the engine, refreshed twice a second.
+"""The live views while a run or a sweep goes on: counters from the engine, refreshed twice a second.
 
-It only reads what the engine counts; every figure it shows is provisional and
-the records decide the final ones.
+They only read what the engine counts; every figure they show is provisional and
+the records decide the final ones. ``run`` shows a ``LiveView``; ``sweep`` a
+``SweepView``, a row per finished point above the counters of the one running.
+Imported by the commands when they run, not to build their parsers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from ..engine import Engine
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..sweeper import PointResult, SweepSettings
 
 
 def _p50(values: Any) -> str:
@@ -52,6 +56,61 @@ class LiveView:
     def __enter__(self) -> LiveView:
         if self.enabled:
             self._live = Live(self, console=self.console, refresh_per_second=2, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+
+class SweepView:
+    """A table that grows a row per finished point, above the live counters of the point running."""
+
+    def __init__(self, settings: SweepSettings, enabled: bool, console: Console | None = None) -> None:
+        from ..report.sweep_view import point_columns
+
+        self.console = console or Console(stderr=True)
+        self.settings = settings
+        self.columns = point_columns(settings.gpus, settings.prices, settings.slo)
+        self.rows: list[list[str]] = []
+        self.live_view = LiveView(enabled=False, console=self.console, title="current point")
+        self.enabled = enabled and self.console.is_terminal
+        self.counters = settings.base.workers == 1  # worker processes keep their counters to themselves
+        self._live: Live | None = None
+
+    def table(self) -> Table:
+        t = Table(title="load points (latencies in ms)", show_edge=False)
+        for c in self.columns:
+            t.add_column(c, justify="left" if c == "load" else "right")
+        for r in self.rows:
+            t.add_row(*r)
+        return t
+
+    def __rich__(self) -> Group:
+        if self.counters and self.live_view.engines:
+            return Group(self.table(), self.live_view)
+        return Group(self.table())
+
+    def attach(self, engine: Engine) -> None:
+        self.live_view.attach(engine)
+
+    def on_point(self, point: PointResult) -> None:
+        from ..report.sweep_view import point_cells
+
+        s = self.settings
+        a = point.step.arrival
+        label = f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
+        row = point_cells(point.index, label, point.summary, s.gpus, s.prices, s.slo)
+        self.rows.append(row)
+        self.live_view.engines = []
+        if not self.enabled:
+            self.console.print("point " + "  ".join(f"{c}={v}" for c, v in zip(self.columns, row, strict=True)
+                                                    if c != "#"), highlight=False)
+
+    def __enter__(self) -> SweepView:
+        if self.enabled:
+            self._live = Live(self, console=self.console, refresh_per_second=2)
             self._live.__enter__()
         return self
 

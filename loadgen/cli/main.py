@@ -1,4 +1,9 @@
-"""The ``loadgen`` command: a thin shell over the library, one module per command."""
+"""The ``loadgen`` command: a thin shell over the library, one module per command.
+
+Building the parsers imports no heavy library (numpy, scipy, pyarrow, matplotlib,
+aiohttp): a command module imports those in the functions that run the command,
+so ``loadgen --help`` answers at once. tests/test_cli_startup.py holds this.
+"""
 
 from __future__ import annotations
 

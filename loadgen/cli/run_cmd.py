@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..engine import Timeouts
 from ..errors import ConfigError
-from ..runner import RunSettings, api_key_from_env, execute
-from ..schedule import Arrival, ScheduleError, parse_arrival
-from ..workload import SyntheticChat, Workload
-from .live import LiveView
+from .gate_cmd import add_gate_options, gate_after_run, slo_of
 from .sim_cmd import add_sim_options, sim_args
+
+if TYPE_CHECKING:
+    from ..engine import Timeouts
+    from ..runner import RunSettings
+    from ..schedule import Arrival
+    from ..workload import Workload
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -80,13 +83,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
     p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
     add_sim_options(p)
-    from .gate_cmd import add_gate_options
-
     add_gate_options(p)
     p.set_defaults(func=main)
 
 
 def resolve_arrival(args: argparse.Namespace) -> Arrival:
+    from ..schedule import ScheduleError, parse_arrival
+
     if args.rate is not None and args.concurrency is not None:
         raise ConfigError("give --rate (open loop) or --concurrency (closed loop), not both")
     if args.rate is None and args.concurrency is None:
@@ -100,9 +103,9 @@ def resolve_arrival(args: argparse.Namespace) -> Arrival:
 
 
 def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
-    if args.workload:
-        from ..workload import load_workload  # the spec loader (workloads issue)
+    from ..workload import SyntheticChat, load_workload
 
+    if args.workload:
         overrides = {k: v for k, v in (("input_tokens", args.input_tokens),
                                        ("output_tokens", args.output_tokens)) if v is not None}
         return load_workload(args.workload, seed=args.seed, salt=salt, overrides=overrides)
@@ -134,6 +137,8 @@ def resolve_endpoint(args: argparse.Namespace) -> str | None:
 
 
 def timeouts(args: argparse.Namespace) -> Timeouts:
+    from ..engine import Timeouts
+
     values = (args.connect_timeout, args.first_byte_timeout, args.idle_timeout, args.request_timeout)
     if min(values) <= 0:
         raise ConfigError("timeouts must be > 0 seconds")
@@ -141,6 +146,8 @@ def timeouts(args: argparse.Namespace) -> Timeouts:
 
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
+    from ..runner import RunSettings
+
     if args.duration is None and args.requests is None:
         args.duration = 10.0 if args.concurrency is None else None
         if args.duration is None:
@@ -157,8 +164,8 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 def main(args: argparse.Namespace) -> int:
     from ..report.summary import summarize_run
-    from ..runner import new_run_id
-    from .gate_cmd import gate_after_run, slo_of
+    from ..runner import api_key_from_env, execute, new_run_id
+    from .live import LiveView
 
     slo = slo_of(args)  # a bad profile, tolerance or baseline fails here, before any traffic
     settings = settings_from_args(args)

@@ -7,16 +7,14 @@ The same options are offered by ``run``, ``sweep`` and ``check`` (prefixed
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
+from typing import TYPE_CHECKING
 
-from .. import aio
 from ..errors import ConfigError
-from ..sim.faults import FaultSpecError, parse_faults
-from ..sim.model import FixedModel, TimingModel
-from ..sim.process import READY
-from ..sim.server import SimConfig, SimServer
+
+if TYPE_CHECKING:
+    from ..sim.model import TimingModel
+    from ..sim.server import SimServer
 
 # (flag without prefix, dest suffix, type, default, help)
 _OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
@@ -71,6 +69,8 @@ def sim_args(args: argparse.Namespace) -> list[str]:
 
 def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
     """The timing model, its served name and context length, from parsed options."""
+    from ..sim.model import FixedModel
+
     if args.sim_ttft_ms is not None or args.sim_itl_ms is not None:
         ttft = 50.0 if args.sim_ttft_ms is None else args.sim_ttft_ms
         itl = 10.0 if args.sim_itl_ms is None else args.sim_itl_ms
@@ -95,6 +95,9 @@ def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
 
 
 def build_server(args: argparse.Namespace) -> SimServer:
+    from ..sim.faults import FaultSpecError, parse_faults
+    from ..sim.server import SimConfig, SimServer
+
     model, name, max_len = build_model(args)
     try:
         faults = parse_faults(args.sim_faults)
@@ -108,6 +111,11 @@ def build_server(args: argparse.Namespace) -> SimServer:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    import asyncio
+    import signal
+
+    from ..sim.process import READY
+
     server = build_server(args)
     url = await server.start(args.host, args.port)
     stop = asyncio.Event()
@@ -131,5 +139,7 @@ async def serve(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     # the client's loop (aio.py): uvloop where installed, LOADGEN_LOOP to force one; what it
     # changes for the simulator's capacity is in docs/simulator.md §7
+    from .. import aio
+
     aio.run(serve(args))
     return 0

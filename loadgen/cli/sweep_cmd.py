@@ -9,25 +9,12 @@ anything is sent.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
-from ..engine import Engine
 from ..errors import ConfigError, LoadgenError
-from ..metrics import SLO
-from ..pareto import parse_prices
-from ..runner import RunSettings, api_key_from_env, new_run_id
-from ..schedule import Arrival, ScheduleError, parse_arrival
-from ..sweep import AutoSearch, SweepPlan, parse_list
-from ..sweeper import PointResult, SweepSettings, run_sweep
-from .live import LiveView
+from .gate_cmd import add_gate_options, gate_after_run
 from .run_cmd import (
     add_target_options,
     add_timing_options,
@@ -38,6 +25,11 @@ from .run_cmd import (
     timeouts,
 )
 from .sim_cmd import add_sim_options, sim_args
+
+if TYPE_CHECKING:
+    from ..metrics import SLO
+    from ..schedule import Arrival
+    from ..sweeper import SweepSettings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,21 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
     p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
     add_sim_options(p)
-    gate = _gate_module()
-    if gate is not None:
-        gate.add_gate_options(p)
+    add_gate_options(p)
     p.set_defaults(func=main)
-
-
-def _gate_module() -> Any:
-    """loadgen.gate when present (it is optional to this command)."""
-    try:
-        module = importlib.import_module("loadgen.gate")
-    except ModuleNotFoundError as e:
-        if e.name == "loadgen.gate":
-            return None
-        raise
-    return module if hasattr(module, "add_gate_options") and hasattr(module, "gate_after_run") else None
 
 
 # --------------------------------------------------------------------------- options
@@ -112,6 +91,8 @@ def resolve_slo(text: str | None) -> tuple[SLO | None, str, float | None]:
 
 
 def _inline_slo(text: str) -> SLO:
+    from ..metrics import SLO
+
     keys = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
     values: dict[str, float] = {}
     for part in text.split(","):
@@ -130,6 +111,9 @@ def _inline_slo(text: str) -> SLO:
 
 
 def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
+    from ..schedule import ScheduleError, parse_arrival
+    from ..sweep import parse_list
+
     try:
         if args.concurrency:
             values = parse_list(args.concurrency, "--concurrency", integer=True)
@@ -144,6 +128,12 @@ def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
 
 
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+    from ..pareto import parse_prices
+    from ..runner import RunSettings
+    from ..schedule import parse_arrival
+    from ..sweep import AutoSearch, SweepPlan
+    from ..sweeper import SweepSettings
+
     mode, arrivals = _arrivals(args)
     slo, slo_name, profile_target = resolve_slo(args.slo)
     target = args.slo_target if args.slo_target is not None else (profile_target or 99.0)
@@ -162,69 +152,17 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
                          prices=parse_prices(args.price_per_gpu_hour), point_salt=args.point_salt, salt=args.salt)
 
 
-# --------------------------------------------------------------------------- the live view
-
-
-class SweepView:
-    """A table that grows a row per finished point, above the live counters of the point running."""
-
-    def __init__(self, settings: SweepSettings, enabled: bool, console: Console | None = None) -> None:
-        from ..report.sweep_view import point_columns
-
-        self.console = console or Console(stderr=True)
-        self.settings = settings
-        self.columns = point_columns(settings.gpus, settings.prices, settings.slo)
-        self.rows: list[list[str]] = []
-        self.live_view = LiveView(enabled=False, console=self.console, title="current point")
-        self.enabled = enabled and self.console.is_terminal
-        self.counters = settings.base.workers == 1  # worker processes keep their counters to themselves
-        self._live: Live | None = None
-
-    def table(self) -> Table:
-        t = Table(title="load points (latencies in ms)", show_edge=False)
-        for c in self.columns:
-            t.add_column(c, justify="left" if c == "load" else "right")
-        for r in self.rows:
-            t.add_row(*r)
-        return t
-
-    def __rich__(self) -> Group:
-        if self.counters and self.live_view.engines:
-            return Group(self.table(), self.live_view)
-        return Group(self.table())
-
-    def attach(self, engine: Engine) -> None:
-        self.live_view.attach(engine)
-
-    def on_point(self, point: PointResult) -> None:
-        from ..report.sweep_view import point_cells
-
-        s = self.settings
-        a = point.step.arrival
-        label = f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
-        row = point_cells(point.index, label, point.summary, s.gpus, s.prices, s.slo)
-        self.rows.append(row)
-        self.live_view.engines = []
-        if not self.enabled:
-            self.console.print("point " + "  ".join(f"{c}={v}" for c, v in zip(self.columns, row, strict=True)
-                                                    if c != "#"), highlight=False)
-
-    def __enter__(self) -> SweepView:
-        if self.enabled:
-            self._live = Live(self, console=self.console, refresh_per_second=2)
-            self._live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
-
-
 # --------------------------------------------------------------------------- main
 
 
 def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.text import Text
+
     from ..report.sweep_view import render_sweep
+    from ..runner import api_key_from_env, new_run_id
+    from ..sweeper import run_sweep
+    from .live import SweepView
 
     settings = settings_from_args(args)
     api_key = api_key_from_env(args.api_key_env)
@@ -243,8 +181,7 @@ def main(args: argparse.Namespace) -> int:
         raise LoadgenError("the sweep was stopped before its first point finished")
     report = render_sweep(out)
     report.print(Console(width=None if sys.stdout.isatty() else 160))
-    gate = _gate_module()
-    code = int(gate.gate_after_run(out, args) or 0) if gate is not None else 0  # 0 unless --gate was given
+    code = gate_after_run(out, args)  # 0 unless --gate was given
     if result.interrupted:
         print("interrupted: the sweep stopped; every finished point is in the run folder")
         return 130

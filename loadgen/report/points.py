@@ -174,13 +174,15 @@ def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tupl
     return (max(0.0, m - half), m + half)
 
 
-def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0) -> tuple[Window, str | None]:
+def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0,
+                 verb: str = "measured") -> tuple[Window, str | None]:
     """The point's measurement window; when warm-up leaves none (too few requests), the whole
-    span, with a warning, rather than no figures at all."""
+    span, with a warning that says so (``verb``: what was done with it; the gate "judged" it),
+    rather than no figures at all. The reports, the sweep and the gate all choose windows here."""
     try:
         return choose_window(table, warmup_s=warmup_s, cooldown_s=cooldown_s), None
     except MetricsError as e:
-        return choose_window(table), f"{e}; measured the whole point, warm-up included"
+        return choose_window(table), f"{e}; {verb} the whole point, warm-up included"
 
 
 def _point_meta(meta: dict[str, Any], table: pa.Table) -> list[dict[str, Any]]:
