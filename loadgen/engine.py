@@ -116,16 +116,16 @@ class LiveCounters:
 
 
 class _Inflight:
-    __slots__ = ("task", "rec", "deadline_first", "deadline_total", "last_read", "got_data", "why", "reused")
+    __slots__ = ("task", "rec", "tally", "deadline_first", "deadline_total", "why", "reused")
 
-    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, now: int, t: Timeouts) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, tally: StreamTally, now: int,
+                 t: Timeouts) -> None:
         self.task = task
         self.rec = rec
+        self.tally = tally  # its ``t_read``: when the body's last read came (0: none yet)
         self.reused = False
         self.deadline_first = now + int(t.first_byte * 1e9)
         self.deadline_total = now + int(t.total * 1e9)
-        self.last_read = now
-        self.got_data = False
         self.why: str | None = None
 
 
@@ -317,7 +317,7 @@ class Engine:
         if self._slots.locked():
             self.live.capped += 1
         async with self._slots:
-            me = _Inflight(asyncio.current_task(), rec, self.clock(), cfg.timeouts)
+            me = _Inflight(asyncio.current_task(), rec, tally, self.clock(), cfg.timeouts)
             self._inflight[seq] = me
             self.live.inflight += 1
             try:
@@ -351,15 +351,7 @@ class Engine:
                     if retry:
                         rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
                     return
-                feed = tally.feed
-
-                def on_read(data: bytes) -> None:  # the hot path: once per socket read, stamped on arrival
-                    t = clock()
-                    me.last_read = t
-                    me.got_data = True
-                    feed(data, t)
-
-                await read_body(resp.content, on_read)
+                await read_body(resp.content, tally.feed, clock)  # the hot path: each read stamped on arrival
                 tally.close(clock())
                 if tally.events == 0:
                     rec.status = "bad_stream"
@@ -468,9 +460,9 @@ class Engine:
                     continue
                 if now > me.deadline_total:
                     me.why = "total timeout"
-                elif not me.got_data and now > me.deadline_first:
+                elif not me.tally.t_read and now > me.deadline_first:
                     me.why = "no data before the first-byte timeout"
-                elif me.got_data and now - me.last_read > idle_ns:
+                elif me.tally.t_read and now - me.tally.t_read > idle_ns:
                     me.why = "idle timeout between chunks"
                 if me.why:
                     me.task.cancel()

@@ -29,6 +29,8 @@ such event, without the SSE parser. Anything else takes the full path.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import getitem
 from typing import Any
 
 import orjson
@@ -41,6 +43,7 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _APIS = ("chat", "completions")
 _LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
+_BULK = 8  # template events in one read from which they are counted together
 
 
 class StreamError(BadStream):
@@ -85,7 +88,9 @@ class StreamTally:
         "_sse",
         "_tpl",
         "_ftpl",
+        "_sep",
         "_learns",
+        "t_read",
     )
 
     def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
@@ -111,7 +116,11 @@ class StreamTally:
         # Learned content-chunk template: (prefix, suffix, len(prefix), len(suffix)) of
         # a payload, and the same for a read holding just that event (``_ftpl``).
         self._tpl: tuple[bytes, bytes, int, int] | None = None
-        self._ftpl: tuple[bytes, bytes, int, int] | None = None
+        # ... with the read length from which it may hold more than one event; then the
+        # bytes between two such events, and where a body lies in one.
+        self._ftpl: tuple[bytes, bytes, int, int, int] | None = None
+        self._sep: tuple[bytes, slice] = (b"", slice(0))
+        self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
         self._learns = _LEARNS
 
     @property
@@ -121,23 +130,79 @@ class StreamTally:
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read; every event it completes is stamped ``t_ns``."""
+        self.t_read = t_ns
         tpl = self._ftpl
         if tpl is not None and self._parser.idle:
-            pre, suf, lo, hi = tpl
+            pre, suf, lo, hi, few = tpl
             n = len(data)
             if n >= lo + hi and data.startswith(pre) and data.endswith(suf):
-                text = _plain(data[lo : n - hi])
-                if text is not None:  # exactly one event: a content chunk, proven
-                    self.events += 1
-                    if text:
-                        self.chunk_ns.append(t_ns)
-                        self.chunk_tokens.append(1)
-                        if self.keep_text:
-                            self._parts.append(text)
+                if n < few:  # room for one event only: the usual read
+                    text = _plain(data[lo : n - hi])
+                    if text is not None:
+                        self.events += 1
+                        if text:
+                            self.chunk_ns.append(t_ns)
+                            self.chunk_tokens.append(1)
+                            if self.keep_text:
+                                self._parts.append(text)
+                        return
+                elif self._many(data, t_ns):
                     return
         payloads = self._sse(data)
         if payloads:
             self._take(payloads, t_ns)
+
+    def _many(self, data: bytes, t_ns: int) -> bool:
+        """Count a read of whole template events in one go; False if it is not one.
+
+        Split at the event framing, the read proves to be nothing but template events
+        when every framing lies inside a whole separator (suffix, framing, prefix):
+        then each event is prefix, body, suffix, and the bodies are checked together.
+        """
+        sep, cut = self._sep
+        events = data[6:-2].split(b"\n\ndata: ")
+        if data.count(sep) != len(events) - 1 or not self._bodies(list(map(getitem, events, repeat(cut))), t_ns):
+            return False
+        self.events += len(events)
+        return True
+
+    def _run(self, payloads: list[bytes], i: int, t_ns: int) -> int:
+        """Count the run of template events from ``payloads[i]`` in one go (a read of many
+        events: a server writing back to back); the index after it, or ``i`` if there is none.
+
+        The run is every payload up to the last that has the template's prefix and
+        suffix (the stream's finish, usage and ``[DONE]`` follow it); if any of it
+        is not a template event with a plain body, none of it is counted here.
+        """
+        assert self._tpl is not None
+        pre, suf, lo, hi = self._tpl
+        j = len(payloads)
+        while j > i and not (payloads[j - 1].startswith(pre) and payloads[j - 1].endswith(suf)):
+            j -= 1
+        run = payloads[i:j]
+        if (len(run) < _BULK or not all(map(bytes.startswith, run, repeat(pre)))
+                or not all(map(bytes.endswith, run, repeat(suf))) or min(map(len, run)) < lo + hi):
+            return i
+        return j if self._bodies(list(map(getitem, run, repeat(slice(lo, -hi)))), t_ns) else i
+
+    def _bodies(self, bodies: list[bytes], t_ns: int) -> bool:
+        """Record the string bodies of whole template events, each read at ``t_ns``;
+        False, recording nothing, unless every one is plain text."""
+        joined = b"".join(bodies)
+        if joined.isascii():
+            text = _plain(joined)  # per byte, so the same as body by body
+        else:  # a character cut between two bodies must not pass as whole
+            texts = list(map(_plain, bodies))
+            text = None if None in texts else "".join(texts)  # type: ignore[arg-type]
+        if text is None:
+            return False
+        k = len(bodies) - bodies.count(b"")  # an empty body: an event without output
+        if k:
+            self.chunk_ns.extend([t_ns] * k)
+            self.chunk_tokens.extend([1] * k)
+            if self.keep_text:
+                self._parts.append(text)
+        return True
 
     def close(self, t_ns: int | None = None) -> None:
         """End of body: interpret a final event that had no closing blank line.
@@ -159,7 +224,17 @@ class StreamTally:
         chat = self._chat
         keep = self.keep_text
         tpl = self._tpl
-        for payload in payloads:
+        i, n_all = 0, len(payloads)
+        bulk = n_all >= _BULK
+        while i < n_all:
+            if bulk and tpl is not None:
+                bulk = False  # one try per read: a run that fails goes event by event
+                j = self._run(payloads, i, t_ns)
+                if j > i:
+                    i = j
+                    continue
+            payload = payloads[i]
+            i += 1
             if tpl is not None:
                 pre, suf, lo, hi = tpl
                 n = len(payload)
@@ -267,7 +342,9 @@ class StreamTally:
         if 10 in pre or 13 in pre or 10 in suf or 13 in suf:
             self._ftpl = None  # a multi-line event: only the parser can frame it
         else:
-            self._ftpl = (b"data: " + pre, suf + b"\n\n", len(pre) + 6, len(suf) + 2)
+            fpre, fsuf = b"data: " + pre, suf + b"\n\n"
+            self._ftpl = (fpre, fsuf, len(fpre), len(fsuf), 2 * (len(fpre) + len(fsuf)))
+            self._sep = (fsuf + fpre, slice(len(pre), -len(suf)))
 
     def _delta(self, delta: dict[str, Any]) -> int:
         """1 if a chat delta carries output, else 0; keeps its text when asked."""

@@ -22,8 +22,8 @@ from aiohttp.streams import StreamReader
 
 __all__ = ["read_body"]
 
-OnRead = Callable[[bytes], None]
-_SINKS: dict[StreamReader, OnRead] = {}
+OnRead = Callable[[bytes, int], None]  # (the read's bytes, its arrival time)
+_SINKS: dict[StreamReader, tuple[OnRead, Callable[[], int]]] = {}
 
 
 class _Hooked(StreamReader):
@@ -36,21 +36,21 @@ class _Hooked(StreamReader):
         if sink is None:
             return StreamReader.feed_data(self, data, *args)
         if data:
+            on_read, clock = sink
             try:
-                sink(data)
+                on_read(data, clock())
             except Exception as e:  # the reader's verdict on the stream (bad SSE, an error event)
                 del _SINKS[self]
                 self.set_exception(e)
         return False
 
-    # per HTTP chunk; the plain reader wakes its waiter on each, which would wake the task per chunk
+    # Called per HTTP chunk: the plain reader notes chunk bounds and wakes its waiter on
+    # each, which would wake the task per chunk. The sink sees every chunk as a read.
     def begin_http_chunk_receiving(self) -> None:
-        if self not in _SINKS:
-            StreamReader.begin_http_chunk_receiving(self)
+        pass
 
     def end_http_chunk_receiving(self) -> None:
-        if self not in _SINKS:
-            StreamReader.end_http_chunk_receiving(self)
+        pass
 
 
 _HOOKABLE = all(hasattr(StreamReader, a) for a in (
@@ -77,8 +77,8 @@ def _take_buffered(content: StreamReader) -> bytes:
     return data
 
 
-async def read_body(content: StreamReader, on_read: OnRead) -> None:
-    """Pass every read of ``content`` to ``on_read`` until the body ends.
+async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], int]) -> None:
+    """Pass every read of ``content`` to ``on_read``, with ``clock()`` at its arrival, until the body ends.
 
     ``on_read`` runs inside the event loop's I/O callback: it must be quick and
     must not await. An exception it raises ends the body and is raised here;
@@ -86,18 +86,18 @@ async def read_body(content: StreamReader, on_read: OnRead) -> None:
     """
     if not (_HOOKABLE and type(content) is StreamReader):
         while data := await content.readany():
-            on_read(data)
+            on_read(data, clock())
         return
     data = _take_buffered(content)  # what arrived together with the headers
     if data:
-        on_read(data)
+        on_read(data, clock())
     exc = content.exception()
     if exc is not None:
         raise exc
     if content.is_eof():
         return
     content.__class__ = _Hooked
-    _SINKS[content] = on_read
+    _SINKS[content] = (on_read, clock)
     try:
         await content.wait_eof()
         exc = content.exception()
@@ -108,7 +108,7 @@ async def read_body(content: StreamReader, on_read: OnRead) -> None:
         content.__class__ = StreamReader
     data = _take_buffered(content)
     if data:
-        on_read(data)
+        on_read(data, clock())
 
 
 SEQ_HEADER = "X-Loadgen-Seq"

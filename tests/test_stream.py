@@ -553,7 +553,10 @@ def test_template_path_matches_full_decode(case: tuple[str, list[bytes]], data: 
     stream = b"".join(events)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
     splits = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-    for reads in (events, splits):
+    # whole events grouped into reads, as a server writing back to back delivers them
+    bounds = sorted(set(data.draw(st.lists(st.integers(0, len(events)), max_size=6))) | {0, len(events)})
+    grouped = [b"".join(events[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    for reads in (events, splits, grouped):
         assert facts(api, reads, learn=True) == facts(api, reads, learn=False)
 
 
@@ -574,3 +577,64 @@ def test_template_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     calls.clear()
     t = tally_of("chat", [b"".join(reads)])  # one read of many events: the payload template
     assert len(t.chunk_ns) == 50 and len(calls) <= 4
+    calls.clear()
+    # the first read teaches the template; the next holds 48 whole events, taken in one piece
+    t = tally_of("chat", [reads[0], b"".join(reads[1:49]), *reads[49:]])
+    assert len(t.chunk_ns) == 50 and len(set(t.chunk_ns)) == 3 and len(calls) <= 4
+
+
+def test_template_read_with_a_foreign_event_takes_the_full_path() -> None:
+    chunks = [vllm_chunk({"content": f" w{i}"}, None) for i in range(4)]
+    odd = vllm_chunk({"content": 'say "hi"'}, None)  # escaped quotes: not the template's plain text
+    reads = [*sse(chunks[0], chunks[1]), b"".join(sse(chunks[2], odd, chunks[3]))]
+    t = tally_of("chat", reads, keep_text=True)
+    assert t.text == ' w0 w1 w2say "hi" w3' and len(t.chunk_ns) == 5
+
+
+def _template_read(bodies: list[bytes], lead: int = 2) -> list[bytes]:
+    """``lead`` events alone (the template is learned from them), then the rest in one read with the end."""
+    framed = [b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + b + b'"},"finish_reason":null}]}\n\n'
+              for b in bodies]
+    tail = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    return [*framed[:lead], b"".join(framed[lead:]) + tail]
+
+
+@pytest.mark.parametrize("lead", [0, 1, 2])
+@pytest.mark.parametrize(
+    "case",
+    [
+        [b" w%d" % i for i in range(30)],
+        [b" w%d" % i if i % 7 else b"" for i in range(30)],  # empty bodies: events without output
+        [b"\xc3\xa9t\xc3\xa9 %d" % i for i in range(30)],  # non-ASCII, whole characters
+        [b" w%d" % i for i in range(14)] + [b"\xc3", b"\xa9"] + [b" w%d" % i for i in range(14)],  # one cut in two
+        [b" w%d" % i for i in range(14)] + [b'say \\"hi\\"'] + [b" w%d" % i for i in range(14)],  # an escape
+        [b" w%d" % i for i in range(14)] + [b"tab\x01"] + [b" w%d" % i for i in range(14)],  # a raw control byte
+    ],
+    ids=["plain", "empties", "non-ascii", "split-char", "escaped", "control"],
+)
+def test_many_template_events_in_one_read_count_as_decoded_one_by_one(case: list[bytes], lead: int) -> None:
+    reads = _template_read(case, lead)
+    assert facts("chat", reads, learn=True) == facts("chat", reads, learn=False)
+    end = reads[-1].index(b'data: {"id":"c","choices":[{"index":0,"delta":{}')
+    apart = [*reads[:-1], reads[-1][:end], reads[-1][end:]]  # the end in a read of its own
+    assert apart[-1].startswith(b"data: {") and apart[-2].endswith(b"\n\n")
+    for read in (apart, [b"".join(reads)]):  # and all of it as one read, as it comes with the headers
+        assert facts("chat", read, learn=True) == facts("chat", read, learn=False)
+
+
+def test_a_read_of_many_template_events_is_counted_in_one_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[int] = []
+    real = StreamTally._bodies
+
+    def spy(self: StreamTally, bodies: list[bytes], t_ns: int) -> bool:
+        runs.append(len(bodies))
+        return real(self, bodies, t_ns)
+
+    monkeypatch.setattr(StreamTally, "_bodies", spy)
+    reads = _template_read([b" w%d" % i for i in range(30)], lead=2)
+    t = tally_of("chat", [b"".join(reads)])  # with the learning events: the parser's payloads
+    assert runs == [29] and len(t.chunk_ns) == 30
+    runs.clear()
+    end = reads[-1].index(b'data: {"id":"c","choices":[{"index":0,"delta":{}')
+    t = tally_of("chat", [*reads[:-1], reads[-1][:end], reads[-1][end:]])  # a read of template events only
+    assert runs == [28] and len(t.chunk_ns) == 30 and t.done
