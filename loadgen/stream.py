@@ -18,24 +18,18 @@ each chunk, which matters because one chunk can carry several tokens (speculativ
 decoding, stream intervals, detokenizer hold-back). Otherwise each output chunk is
 one token until ``reconcile`` spreads the final ``usage`` over them.
 
-Speed: a server's content chunks differ only in the content string (and sometimes
-``created``), so after decoding one, the tally learns its bytes before and after that
-string and proves, with one probe decode, that the gap is exactly the content's string
-body. A later chunk with the same prefix and suffix and a gap that is plain text (no
-quote, backslash or control character, valid UTF-8) then is, provably, that same chunk
-with other content: counted without a JSON decode and, when the read is exactly one
-such event, without the SSE parser. Anything else takes the full path.
+Speed: content chunks are counted off a learned byte template where one proves to
+fit (template.py); anything else takes the full path, a JSON decode per chunk.
 """
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import getitem
 from typing import Any
 
 import orjson
 
 from loadgen.sse import BadStream, SSEParser
+from loadgen.template import BULK, Between, Framed, Payload, learn, plain, plain_all, read_bodies, run_bodies
 
 __all__ = ["BadStream", "StreamError", "StreamTally"]
 
@@ -43,7 +37,6 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _APIS = ("chat", "completions")
 _LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
-_BULK = 8  # template events in one read from which they are counted together
 
 
 class StreamError(BadStream):
@@ -115,11 +108,9 @@ class StreamTally:
         self._sse = self._parser.feed
         # Learned content-chunk template: (prefix, suffix, len(prefix), len(suffix)) of
         # a payload, and the same for a read holding just that event (``_ftpl``).
-        self._tpl: tuple[bytes, bytes, int, int] | None = None
-        # ... with the read length from which it may hold more than one event; then the
-        # bytes between two such events, and where a body lies in one.
-        self._ftpl: tuple[bytes, bytes, int, int, int] | None = None
-        self._sep: tuple[bytes, slice] = (b"", slice(0))
+        self._tpl: Payload | None = None
+        self._ftpl: Framed | None = None
+        self._sep: Between | None = None
         self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
         self._learns = _LEARNS
 
@@ -137,7 +128,7 @@ class StreamTally:
             n = len(data)
             if n >= lo + hi and data.startswith(pre) and data.endswith(suf):
                 if n < few:  # room for one event only: the usual read
-                    text = _plain(data[lo : n - hi])
+                    text = plain(data[lo : n - hi])
                     if text is not None:
                         self.events += 1
                         if text:
@@ -153,47 +144,25 @@ class StreamTally:
             self._take(payloads, t_ns)
 
     def _many(self, data: bytes, t_ns: int) -> bool:
-        """Count a read of whole template events in one go; False if it is not one.
-
-        Split at the event framing, the read proves to be nothing but template events
-        when every framing lies inside a whole separator (suffix, framing, prefix):
-        then each event is prefix, body, suffix, and the bodies are checked together.
-        """
-        sep, cut = self._sep
-        events = data[6:-2].split(b"\n\ndata: ")
-        if data.count(sep) != len(events) - 1 or not self._bodies(list(map(getitem, events, repeat(cut))), t_ns):
+        """Count a read of nothing but whole template events in one go; False if it is not one."""
+        assert self._sep is not None
+        bodies = read_bodies(data, self._sep)
+        if bodies is None or not self._bodies(bodies, t_ns):
             return False
-        self.events += len(events)
+        self.events += len(bodies)
         return True
 
     def _run(self, payloads: list[bytes], i: int, t_ns: int) -> int:
-        """Count the run of template events from ``payloads[i]`` in one go (a read of many
-        events: a server writing back to back); the index after it, or ``i`` if there is none.
-
-        The run is every payload up to the last that has the template's prefix and
-        suffix (the stream's finish, usage and ``[DONE]`` follow it); if any of it
-        is not a template event with a plain body, none of it is counted here.
-        """
+        """Count the run of template events from ``payloads[i]`` in one go; the index after
+        it, or ``i`` if there is none (then those events go one by one)."""
         assert self._tpl is not None
-        pre, suf, lo, hi = self._tpl
-        j = len(payloads)
-        while j > i and not (payloads[j - 1].startswith(pre) and payloads[j - 1].endswith(suf)):
-            j -= 1
-        run = payloads[i:j]
-        if (len(run) < _BULK or not all(map(bytes.startswith, run, repeat(pre)))
-                or not all(map(bytes.endswith, run, repeat(suf))) or min(map(len, run)) < lo + hi):
-            return i
-        return j if self._bodies(list(map(getitem, run, repeat(slice(lo, -hi)))), t_ns) else i
+        run = run_bodies(payloads, i, self._tpl)
+        return run[0] if run is not None and self._bodies(run[1], t_ns) else i
 
     def _bodies(self, bodies: list[bytes], t_ns: int) -> bool:
         """Record the string bodies of whole template events, each read at ``t_ns``;
         False, recording nothing, unless every one is plain text."""
-        joined = b"".join(bodies)
-        if joined.isascii():
-            text = _plain(joined)  # per byte, so the same as body by body
-        else:  # a character cut between two bodies must not pass as whole
-            texts = list(map(_plain, bodies))
-            text = None if None in texts else "".join(texts)  # type: ignore[arg-type]
+        text = plain_all(bodies)
         if text is None:
             return False
         k = len(bodies) - bodies.count(b"")  # an empty body: an event without output
@@ -225,7 +194,7 @@ class StreamTally:
         keep = self.keep_text
         tpl = self._tpl
         i, n_all = 0, len(payloads)
-        bulk = n_all >= _BULK
+        bulk = n_all >= BULK
         while i < n_all:
             if bulk and tpl is not None:
                 bulk = False  # one try per read: a run that fails goes event by event
@@ -239,7 +208,7 @@ class StreamTally:
                 pre, suf, lo, hi = tpl
                 n = len(payload)
                 if n >= lo + hi and payload.startswith(pre) and payload.endswith(suf):
-                    text = _plain(payload[lo : n - hi])
+                    text = plain(payload[lo : n - hi])
                     if text is not None:
                         if text:
                             self.chunk_ns.append(t_ns)
@@ -299,52 +268,11 @@ class StreamTally:
                 self._usage(usage, 0, False)
 
     def _learn(self, payload: bytes, obj: dict[str, Any]) -> None:
-        """Learn ``payload`` as the template of this stream's content chunks, if it is one.
-
-        It must be a single-choice chunk whose only output is a non-empty content (or
-        completion text) string, with no usage, finish reason or error. The string's
-        body is found by its key; a probe decode of the payload with another body put
-        there must give the same object with only that string changed, which proves
-        the bytes around it are everything else in the chunk. ``obj`` is consumed.
-        """
-        ch = obj["choices"][0]
-        if ch.get("finish_reason") is not None or obj.get("error") is not None:
-            return
-        if self._chat:
-            target, field, key = ch["delta"], "content", b'"content":'
-            if target.get("reasoning_content") or target.get("reasoning") or target.get("tool_calls"):
-                return
-        else:
-            target, field, key = ch, "text", b'"text":'
-        value = target.get(field)
-        i = payload.find(key)
-        if type(value) is not str or i < 0:
-            return
-        self._learns -= 1  # counts failures too: a server whose chunks never fit stops costing
-        i += len(key)
-        if payload[i : i + 1] == b" ":
-            i += 1
-        if payload[i : i + 1] != b'"':
-            return
-        i += 1
-        j = payload.find(b'"', i)
-        if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
-            return
-        pre, suf = payload[:i], payload[j:]
-        probe = "~" if value != "~" else "~~"
-        target[field] = probe
-        try:
-            if _loads(pre + probe.encode() + suf) != obj:
-                return
-        except _JSONDecodeError:
-            return
-        self._tpl = (pre, suf, len(pre), len(suf))
-        if 10 in pre or 13 in pre or 10 in suf or 13 in suf:
-            self._ftpl = None  # a multi-line event: only the parser can frame it
-        else:
-            fpre, fsuf = b"data: " + pre, suf + b"\n\n"
-            self._ftpl = (fpre, fsuf, len(fpre), len(fsuf), 2 * (len(fpre) + len(fsuf)))
-            self._sep = (fsuf + fpre, slice(len(pre), -len(suf)))
+        """Take ``payload`` as the template of this stream's content chunks, if it makes one."""
+        learned, tried = learn(payload, obj, self._chat)
+        self._learns -= tried  # failures count too: a server whose chunks never fit stops costing
+        if learned is not None:
+            self._tpl, self._ftpl, self._sep = learned
 
     def _delta(self, delta: dict[str, Any]) -> int:
         """1 if a chat delta carries output, else 0; keeps its text when asked."""
@@ -461,22 +389,6 @@ def _tool_text(tools: Any) -> str | None:
         if name or args:
             text = (text or "") + (args if args and type(args) is str else "")
     return text
-
-
-def _plain(body: bytes) -> str | None:
-    """The text of a JSON string body that needs no unescaping, else None.
-
-    No quote, no backslash, valid UTF-8 and printable (so no control character,
-    which JSON forbids raw): then the body means exactly its UTF-8 text. Rejecting
-    more than needed (e.g. a no-break space) only sends a chunk down the full path.
-    """
-    if 34 in body or 92 in body:
-        return None
-    try:
-        text = body.decode()
-    except UnicodeDecodeError:
-        return None
-    return text if text.isprintable() else None
 
 
 def _shape_error(obj: Any, payload: bytes) -> str:

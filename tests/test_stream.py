@@ -573,7 +573,7 @@ def test_template_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     reads = sse(*[vllm_chunk({"content": f" w{i}"}, None) for i in range(50)], b"[DONE]")
     t = tally_of("chat", reads, keep_text=True)
     assert len(t.chunk_ns) == 50 and t.text == "".join(f" w{i}" for i in range(50))
-    assert len(calls) <= 4  # the first chunk, its probe, [DONE]
+    assert len(calls) <= 4  # the first chunk and [DONE] (the probe decode is template.py's)
     calls.clear()
     t = tally_of("chat", [b"".join(reads)])  # one read of many events: the payload template
     assert len(t.chunk_ns) == 50 and len(calls) <= 4
