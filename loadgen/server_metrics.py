@@ -4,8 +4,9 @@ Why: the client sees latency; only the server knows why. Queue depth, running
 batch size, KV-cache pressure, preemptions and prefix-cache hits, on the same
 ``perf_counter_ns`` clock as the records, explain a TTFT knee or a throughput
 plateau. Engines name these differently, so every sample is also mapped onto one
-normalized set of series (``SERIES``); the raw engine-prefixed values are kept
-beside it so nothing the engine said is lost.
+normalized set of series (``SERIES``; the parsing and the mapping are
+``server_series``, importable from here); the raw engine-prefixed values are
+kept beside it so nothing the engine said is lost.
 
 Rows go to ``server_metrics.jsonl`` in the run folder, one JSON object per scrape,
 appended and flushed as they come, so a crash leaves every finished sample. A
@@ -25,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +37,7 @@ import aiohttp
 import orjson
 
 from .prom import metrics_url
+from .server_series import MAX_RAW, SERIES, detect_engine, normalize, parse_engine_metrics
 from .urls import endpoint_label
 
 __all__ = [
@@ -50,103 +51,11 @@ __all__ = [
     "summarize",
     "load_server_metrics",
     "resolve_option",
+    "MAX_RAW",
 ]
 
 FILE_NAME = "server_metrics.jsonl"
 MAX_BYTES = 4 * 1024 * 1024  # vLLM with many models/LoRAs stays far below this
-MAX_RAW = 512  # raw names kept per sample; bounds the row size whatever the engine exports
-
-# Normalized series, each with what it means. Counters end in _total and are
-# cumulative since the server started; gauges are instantaneous.
-SERIES: dict[str, str] = {
-    "running": "requests being decoded/prefilled now (in a batch slot)",
-    "waiting": "requests queued for a slot",
-    "kv_cache_usage": "fraction of KV-cache capacity in use, 0..1",
-    "prompt_tokens_total": "prompt tokens of started requests, cached ones included",
-    "generation_tokens_total": "output tokens generated",
-    "preemptions_total": "requests preempted (evicted, to be recomputed or swapped)",
-    "prefix_cache_hits_total": "prompt tokens served from the prefix cache",
-    "prefix_cache_queries_total": "prompt tokens looked up in the prefix cache",
-    "prefix_cache_hit_rate": "engine-reported prefix-cache hit rate, 0..1 (when it has no counters)",
-    "requests_finished_total": "requests finished by the server",
-}
-
-# engine name -> metric-name prefix (how the engine is recognized)
-_PREFIXES = {"vllm": "vllm:", "llama.cpp": "llamacpp:", "sglang": "sglang:", "tgi": "tgi_"}
-
-# normalized series -> raw names that give it directly, first present wins
-_DIRECT: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs",
-                "tgi_batch_current_size"),
-    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs",
-                "tgi_queue_size"),
-    # vLLM's "perc" gauges are fractions (1.0 = full) despite the name; SGLang's token_usage too
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
-                       "sglang:token_usage"),
-    "prompt_tokens_total": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
-    "generation_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total",
-                                "sglang:generation_tokens_total"),
-    "preemptions_total": ("vllm:num_preemptions_total",),
-    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total",
-                                "llamacpp:prompt_tokens_cached_total", "sglang:cached_tokens_total"),
-    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
-    "requests_finished_total": ("vllm:request_success_total", "sglang:num_requests_total",
-                                "tgi_request_success"),
-}
-
-# One pass in C over the whole text: engine-prefixed samples, with histogram buckets and
-# _created stamps refused up front by a lookahead, so Python only touches the lines it
-# keeps (~0.6 ms for 60 KiB of vLLM histograms, once per interval).
-_SAMPLE = re.compile(
-    r"^(?![^{ \t\n]*_(?:bucket|created)[{ \t])((?:vllm:|llamacpp:|sglang:|tgi_)[A-Za-z0-9_:]*)"
-    r"(?:\{[^}\n]*\})?[ \t]+([^ \t\n]+)",
-    re.MULTILINE,
-)
-
-
-def parse_engine_metrics(text: str, limit: int = MAX_RAW) -> dict[str, float]:
-    """Engine-prefixed samples summed over label sets (``name -> value``); buckets and
-    non-finite or unparsable values are skipped. Untrusted input: bounded by ``limit`` names."""
-    out: dict[str, float] = {}
-    for name, raw in _SAMPLE.findall(text):
-        try:
-            value = float(raw)
-        except ValueError:
-            continue
-        if not math.isfinite(value):
-            continue
-        if name in out:
-            out[name] += value
-        elif len(out) < limit:
-            out[name] = value
-    return out
-
-
-def detect_engine(raw: dict[str, float]) -> str:
-    """``vllm``, ``llama.cpp``, ``sglang``, ``tgi``, ``loadgen-sim`` or ``unknown``, from the names exported."""
-    counts = {engine: sum(1 for k in raw if k.startswith(p)) for engine, p in _PREFIXES.items()}
-    engine, n = max(counts.items(), key=lambda kv: kv[1])
-    if n == 0:
-        return "unknown"
-    if engine == "vllm" and "vllm:max_lateness_seconds" in raw:
-        return "loadgen-sim"  # the built-in simulator speaks vLLM's names plus its own lateness gauge
-    return engine
-
-
-def normalize(raw: dict[str, float]) -> dict[str, float | None]:
-    """The ``SERIES`` values for one sample; None where the engine exports nothing for one."""
-    out: dict[str, float | None] = {}
-    for series, names in _DIRECT.items():
-        out[series] = next((raw[n] for n in names if n in raw), None)
-    if "llamacpp:prompt_tokens_total" in raw:
-        # llama.cpp counts prompt tokens it computed, excluding cache hits: add them back, so
-        # prompt_tokens_total means the same for every engine, and every prompt token was a lookup
-        cached = raw.get("llamacpp:prompt_tokens_cached_total", 0.0)
-        out["prompt_tokens_total"] = raw["llamacpp:prompt_tokens_total"] + cached
-        if "llamacpp:prompt_tokens_cached_total" in raw:
-            out["prefix_cache_queries_total"] = out["prompt_tokens_total"]
-    return out
 
 
 def resolve_option(option: str | None, base_url: str) -> str | None:

@@ -6,14 +6,14 @@ string that came from the endpoint or the user (model names, error text, labels,
 configuration values) passes through ``html.escape``. Each chart sits in
 ``<figure class="chart" id="...">`` with a stable id, so tests and scrapers can
 find it. ``pareto.svg`` and ``pareto.png`` are written beside the report.
+The building blocks (escaping, number formats, the page shell and its CSP) are
+``markup``, shared with the comparison page; their names are importable from here.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,44 +21,17 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..metrics import latency_samples
-from ..resources import builtin_dir
 from ..server_metrics import load_server_metrics
 from ..stats import Dist
 from ..timeseries import timeseries
 from . import charts
+from .markup import esc, figure_html, fmt, fmt_ci, kv_html, page
 from .points import PointFigures, RunAnalysis, analyze_run
 
 __all__ = ["write_report", "render_html", "page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html", "CHART_IDS"]
 
 CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "server", "errors")
-_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _MAX_CDF_POINTS = 8
-_FALLBACK_CSS = "body{font-family:sans-serif;max-width:1180px;margin:auto}table{border-collapse:collapse}"
-
-
-def esc(v: Any) -> str:
-    return html.escape(str(v), quote=True)
-
-
-def fmt(v: float | int | None, digits: int = 3) -> str:
-    """A number for a table: 3 significant digits, '-' for missing, '∞' for unbounded."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float) and math.isinf(v):
-        return "∞" if v > 0 else "-∞"
-    if isinstance(v, int) or float(v).is_integer() and abs(v) >= 10:
-        return f"{int(v):,}"
-    a = abs(float(v))
-    if a >= 1000:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}g}"
-
-
-def fmt_ci(v: float | None, ci: tuple[float, float] | None, digits: int = 3) -> str:
-    text = esc(fmt(v, digits))
-    if ci is None or v is None or (isinstance(v, float) and math.isnan(v)):
-        return text
-    return f'{text} <span class="ci">[{esc(fmt(ci[0], digits))}, {esc(fmt(ci[1], digits))}]</span>'
 
 
 def _pct(d: Dist, p: float, ci: bool = False) -> str:
@@ -66,49 +39,6 @@ def _pct(d: Dist, p: float, ci: bool = False) -> str:
         return "-"
     v, lo, hi = d.pct(p)
     return fmt_ci(v, (lo, hi)) if ci else esc(fmt(v))
-
-
-def _css() -> str:
-    path = builtin_dir("reports") / "report.css"
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return _FALLBACK_CSS
-
-
-def page(title: str, body: str) -> str:
-    """A complete, self-contained HTML document around ``body`` (already escaped)."""
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{esc(title)}</title>\n<style>\n{_css()}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
-    )
-
-
-def figure_html(chart_id: str, svg: str, caption: str) -> str:
-    return f'<figure class="chart" id="{esc(chart_id)}">\n{svg}\n<figcaption>{caption}</figcaption>\n</figure>'
-
-
-def kv_html(d: dict[str, Any]) -> str:
-    """A definition list of a (flattened) dict; every key and value escaped."""
-    rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(_short(v))}</dd>" for k, v in _flatten(d))
-    return f'<dl class="kv">{rows}</dl>'
-
-
-def _flatten(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
-    if isinstance(d, dict):
-        if not d and prefix:
-            yield prefix, "{}"
-        for k, v in d.items():
-            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    else:
-        yield prefix, d
-
-
-def _short(v: Any, limit: int = 400) -> str:
-    s = "null" if v is None else str(v)
-    return s if len(s) <= limit else s[:limit] + "…"
 
 
 # --------------------------------------------------------------------------- the page
