@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.chunk_errors import StreamError, check_error, is_done, shape_error
 from loadgen.sse import BadStream, SSEParser
 from loadgen.template import BULK, Between, Framed, Payload, learn, plain, plain_all, read_bodies, run_bodies
 
@@ -37,19 +38,6 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _APIS = ("chat", "completions")
 _LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
-
-
-class StreamError(BadStream):
-    """The endpoint reported an error inside the stream (``{"error": {...}}``).
-
-    ``message`` is the server's message, cut to 200 characters (it is untrusted text
-    that ends up in records and reports); ``code`` is its code or type, if any.
-    """
-
-    def __init__(self, message: str, code: str | int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 class StreamTally:
@@ -223,7 +211,7 @@ class StreamTally:
             try:
                 obj = _loads(payload)
             except _JSONDecodeError:
-                if _is_done(payload):
+                if is_done(payload):
                     self.done = True
                     self._tpl = self._ftpl = None
                     return
@@ -233,7 +221,7 @@ class StreamTally:
             try:
                 choices = obj.get("choices")
                 if not choices or "error" in obj:
-                    _check_error(obj)
+                    check_error(obj)
                 k = 0
                 if choices:
                     for ch in choices:
@@ -255,7 +243,7 @@ class StreamTally:
                             self.finish_reason = fr if type(fr) is str else str(fr)
                 usage = obj.get("usage")
             except (AttributeError, TypeError):
-                raise BadStream(_shape_error(obj, payload)) from None
+                raise BadStream(shape_error(obj, payload)) from None
             if k:
                 self.chunk_ns.append(t_ns)
                 if usage:
@@ -389,46 +377,3 @@ def _tool_text(tools: Any) -> str | None:
         if name or args:
             text = (text or "") + (args if args and type(args) is str else "")
     return text
-
-
-def _shape_error(obj: Any, payload: bytes) -> str:
-    """Message for a chunk whose JSON is not shaped like a chunk."""
-    if type(obj) is not dict:
-        return f"event data is JSON but not an object: {payload[:60]!r}"
-    return f"malformed chunk (a field has the wrong type): {payload[:60]!r}"
-
-
-def _is_done(payload: bytes) -> bool:
-    """True for the ``[DONE]`` sentinel; raise ``BadStream`` for any other non-JSON.
-
-    An empty ``data:`` event carries nothing and is not worth failing a run over.
-    """
-    stripped = payload.strip()
-    if stripped == b"[DONE]":
-        return True
-    if stripped:
-        raise BadStream(f"non-JSON event data: {payload[:60]!r}")
-    return False
-
-
-def _check_error(obj: dict[str, Any]) -> None:
-    """Raise ``StreamError`` if the chunk is an in-stream error object.
-
-    Handles ``{"error": {"message": ..., "code": ...}}`` (OpenAI, newer vLLM),
-    ``{"error": "text"}`` and the flat ``{"object": "error", "message": ...}`` of
-    older vLLM builds. ``"error": null`` is not an error.
-    """
-    err = obj.get("error")
-    if err is None:
-        if obj.get("object") != "error":
-            return
-        err = obj
-    code: str | int | None = None
-    if type(err) is dict:
-        msg = err.get("message") or orjson.dumps(err).decode("utf-8", "replace")
-        c = err.get("code") or err.get("type")
-        if type(c) in (str, int):
-            code = c
-    else:
-        msg = err
-    raise StreamError(str(msg)[:200], code)
