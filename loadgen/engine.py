@@ -9,6 +9,7 @@ Every request yields exactly one ``Record``, whatever happens to it.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from .session import Conversation, Session, Turn, build_body
 from .sse import BadStream
 from .stream import StreamError, StreamTally
 from .timing import SPIN_NS, sleep_until
-from .wire import SEQ_HEADER, read_body, stamping_request_class
+from .wire import SEQ_HEADER, HeldWrite, read_body, stamping_request_class
 
 __all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
 
@@ -34,7 +35,11 @@ _LOOKAHEAD = 256  # sessions built ahead of their send time
 _BUILD_MARGIN_NS = 3_000_000  # stop building when the next send is this close
 # A request is started this long before its instant and its bytes held until then: the
 # client's own work before the write (~0.3-1 ms on a small machine) is not schedule lag.
-_LEAD_NS = 3_000_000
+# Longer than a burst of reads (a decode step's tokens for every stream arrive at once,
+# and hundreds of streams take several ms to read), so a request is ready before its
+# instant even when a burst delayed its preparation; it is then sent from inside the burst.
+_LEAD_NS = 25_000_000
+_NEVER = 1 << 62
 
 
 class _Inflight:
@@ -77,7 +82,10 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._slots: asyncio.Semaphore | None = None
-        self._holding: list[int] = [1 << 62]  # instants of requests held for their send time (and a sentinel)
+        self._holding: list[int] = [_NEVER]  # instants of requests held for their send time (and a sentinel)
+        # The same requests as a heap, to send from inside a burst of reads, and its earliest instant.
+        self._due: list[tuple[int, int, HeldWrite]] = []
+        self._next_due = [_NEVER]
 
     # -- public ----------------------------------------------------------------
     def stop(self) -> None:
@@ -103,7 +111,7 @@ class Engine:
             timeout=timeout,
             cookie_jar=aiohttp.DummyCookieJar(),  # independent users: no cookie carried from one to another
             read_bufsize=self.cfg.read_bufsize,
-            request_class=stamping_request_class(self._on_send, self._hold, self._on_written),
+            request_class=stamping_request_class(self._on_send, self._early, self._hold, self._on_written),
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         ) as http:
@@ -273,7 +281,8 @@ class Engine:
                     if retry:
                         rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
                     return
-                await read_body(resp.content, tally.feed, clock)  # the hot path: each read stamped on arrival
+                # the hot path: each read stamped on arrival; held requests due meanwhile sent from there
+                await read_body(resp.content, tally.feed, clock, (self._next_due, self._send_due))
                 tally.close(clock())
                 if tally.events == 0:
                     rec.status = "bad_stream"
@@ -314,18 +323,48 @@ class Engine:
         me.reused = False
         return await self._http.post(url, data=body, headers=headers)
 
-    async def _hold(self, seq: int) -> None:
-        """Hold a request's bytes until its intended instant (it was started early)."""
+    def _early(self, seq: int) -> bool:
+        """Whether a request being written now is ahead of its instant (so is to be held)."""
         me = self._inflight.get(seq)
-        if me is None:
-            return
-        due = me.rec.t_sched
-        if due > self.clock():
+        return me is not None and me.rec.t_sched > self.clock()
+
+    async def _hold(self, seq: int, held: HeldWrite) -> None:
+        """Send a request's held bytes at its intended instant (it was started early).
+
+        A precise sleep sends them when the loop is free; when it is busy with a
+        burst of reads, the first read after the instant sends them (``_send_due``).
+        """
+        me = self._inflight.get(seq)
+        if me is not None:
+            due = me.rec.t_sched
+            heapq.heappush(self._due, (due, seq, held))
+            self._next_due[0] = self._due[0][0]
             self._holding.append(due)
             try:
                 await sleep_until(due, self.clock)
+            except BaseException:
+                held.drop()  # cancelled: its bytes must never reach the connection
+                raise
             finally:
                 self._holding.remove(due)
+        self._send_held(seq, held)
+        heap = self._due
+        while heap and heap[0][2].sent:
+            heapq.heappop(heap)
+        self._next_due[0] = heap[0][0] if heap else _NEVER
+
+    def _send_due(self, t: int) -> None:
+        """Send every held request due by ``t`` (called from a read)."""
+        heap = self._due
+        while heap and heap[0][0] <= t:
+            _, seq, held = heapq.heappop(heap)
+            self._send_held(seq, held)
+        self._next_due[0] = heap[0][0] if heap else _NEVER
+
+    def _send_held(self, seq: int, held: HeldWrite) -> None:
+        if not held.sent:
+            held.send()
+            self._on_written(seq)
 
     def _on_send(self, seq: int, reused: bool) -> None:
         me = self._inflight.get(seq)

@@ -16,14 +16,20 @@ decompressing wrapper, a future aiohttp), reading falls back to ``readany``.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp.streams import StreamReader
 
-__all__ = ["read_body"]
+__all__ = ["HeldWrite", "read_body", "stamping_request_class", "SEQ_HEADER"]
 
 OnRead = Callable[[bytes, int], None]  # (the read's bytes, its arrival time)
-_SINKS: dict[StreamReader, tuple[OnRead, Callable[[], int]]] = {}
+# Held requests to send from inside a burst of reads: the earliest instant among them
+# (a one-item list the engine keeps current) and what sends those due by a given time.
+Due = tuple[list[int], Callable[[int], None]]
+_NEVER: Due = ([1 << 62], lambda t: None)
+_SINKS: dict[StreamReader, tuple[OnRead, Callable[[], int], list[int], Callable[[int], None]]] = {}
 
 
 class _Hooked(StreamReader):
@@ -36,12 +42,15 @@ class _Hooked(StreamReader):
         if sink is None:
             return StreamReader.feed_data(self, data, *args)
         if data:
-            on_read, clock = sink
+            on_read, clock, due, send_due = sink
+            t = clock()
             try:
-                on_read(data, clock())
+                on_read(data, t)
             except Exception as e:  # the reader's verdict on the stream (bad SSE, an error event)
                 del _SINKS[self]
                 self.set_exception(e)
+            if t >= due[0]:  # a held request fell due during this burst of reads: send it now
+                send_due(t)
         return False
 
     # Called per HTTP chunk: the plain reader notes chunk bounds and wakes its waiter on
@@ -77,11 +86,13 @@ def _take_buffered(content: StreamReader) -> bytes:
     return data
 
 
-async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], int]) -> None:
+async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], int], due: Due = _NEVER) -> None:
     """Pass every read of ``content`` to ``on_read``, with ``clock()`` at its arrival, until the body ends.
 
     ``on_read`` runs inside the event loop's I/O callback: it must be quick and
-    must not await. An exception it raises ends the body and is raised here;
+    must not await. ``due``: held requests to send from there when their instant
+    comes (a burst of reads runs before any timer: without this, a request due
+    in the middle of one would wait for its end). An exception it raises ends the body and is raised here;
     a connection lost mid-body raises aiohttp's payload error here.
     """
     if not (_HOOKABLE and type(content) is StreamReader):
@@ -97,7 +108,7 @@ async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], 
     if content.is_eof():
         return
     content.__class__ = _Hooked
-    _SINKS[content] = (on_read, clock)
+    _SINKS[content] = (on_read, clock, *due)
     try:
         await content.wait_eof()
         exc = content.exception()
@@ -114,13 +125,67 @@ async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], 
 SEQ_HEADER = "X-Loadgen-Seq"
 
 
-def stamping_request_class(on_send: Callable[[int, bool], None], hold: Callable[[int], Awaitable[None]],
-                           on_written: Callable[[int], None]) -> type:
+class HeldWrite:
+    """Stands in for a connection's transport while aiohttp writes a request, and keeps
+    the bytes until ``send()``: the request is prepared early, its bytes go out at its
+    instant, from whichever comes first, the engine's timer or a read.
+
+    aiohttp writes through ``protocol.transport``; everything but writing is the
+    real transport's.
+    """
+
+    __slots__ = ("real", "chunks", "sent", "lost")
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.chunks: list[Any] = []
+        self.sent = False  # sent, or dropped: never written after that
+        self.lost = False  # the connection closed while the bytes were held
+
+    def write(self, data: Any) -> None:
+        self.chunks.append(data)
+
+    def writelines(self, chunks: Any) -> None:
+        self.chunks.extend(chunks)
+
+    def is_closing(self) -> bool:
+        return bool(self.real.is_closing())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def send(self) -> None:
+        """Hand the bytes to the socket, once."""
+        if self.sent:
+            return
+        self.sent = True
+        try:
+            if self.real.is_closing():
+                self.lost = True
+            else:
+                self.real.write(b"".join(self.chunks))
+        except Exception:  # the transport failed under us: the request is lost, as a write error
+            self.lost = True
+        self.chunks = []
+
+    def drop(self) -> None:
+        """Never send them (the request was cancelled while held)."""
+        self.sent = True
+        self.chunks = []
+
+
+def stamping_request_class(
+    on_send: Callable[[int, bool], None],
+    early: Callable[[int], bool],
+    hold: Callable[[int, HeldWrite], Awaitable[None]],
+    on_written: Callable[[int], None],
+) -> type:
     """An aiohttp ``ClientRequest`` class that reports when each request goes out, and can hold it.
 
     The engine prepares a request (body, aiohttp's own work, a connection) a little
-    before its intended instant; ``hold(seq)`` is awaited just before the bytes are
-    written, so they go out at the instant rather than after the preparation.
+    before its intended instant. When ``early(seq)``, aiohttp writes the request into
+    a ``HeldWrite`` and ``hold(seq, held)`` sends it at the instant (and reports it
+    written), so it goes out then rather than after the preparation.
 
     Why not aiohttp's tracing signals: they cost ~60 us a request here (an
     attrs object and an awaited signal per event, for every event), and their
@@ -129,14 +194,14 @@ def stamping_request_class(on_send: Callable[[int, bool], None], hold: Callable[
 
     ``on_send(seq, reused)`` runs when the request is given its connection
     (``reused``: a pooled keep-alive connection that served an earlier request,
-    which the server may have closed meanwhile); ``on_written(seq)`` when its
-    bytes have been handed to the socket. ``seq`` is read from the
+    which the server may have closed meanwhile); ``on_written(seq)`` when the
+    bytes of a request not held have been handed to the socket. ``seq`` is read from the
     ``X-Loadgen-Seq`` header the engine sends; requests without it are not
     reported.
     """
     from weakref import WeakSet
 
-    from aiohttp import ClientRequest
+    from aiohttp import ClientOSError, ClientRequest
 
     served: WeakSet[object] = WeakSet()
 
@@ -149,12 +214,25 @@ def stamping_request_class(on_send: Callable[[int, bool], None], hold: Callable[
                 served.add(proto)
             return await super().send(conn)
 
-        async def write_bytes(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        async def write_bytes(self, writer, conn, *args, **kwargs):  # type: ignore[no-untyped-def]
             seq = self.headers.get(SEQ_HEADER)
-            if seq is not None:
-                await hold(int(seq))
-            await super().write_bytes(*args, **kwargs)
-            if seq is not None:
-                on_written(int(seq))
+            if seq is None:
+                return await super().write_bytes(writer, conn, *args, **kwargs)
+            seq = int(seq)
+            proto = conn.protocol
+            if proto is None or proto.transport is None or not early(seq):
+                await super().write_bytes(writer, conn, *args, **kwargs)
+                on_written(seq)
+                return
+            held = HeldWrite(proto.transport)
+            proto.transport = held
+            try:
+                await super().write_bytes(writer, conn, *args, **kwargs)
+            finally:
+                if proto.transport is held:
+                    proto.transport = held.real
+            await hold(seq, held)
+            if held.lost:  # as aiohttp reports a failed write: the stale keep-alive retry sees it
+                proto.set_exception(ClientOSError(errno.ECONNRESET, "connection closed while the request was held"))
 
     return StampingRequest

@@ -180,3 +180,98 @@ def test_reads_split_anywhere_are_all_delivered(split: int) -> None:
         return b"".join(got)
 
     assert asyncio.run(go()) == body
+
+
+def test_a_held_request_due_during_a_burst_of_reads_is_sent_from_the_first_read_after_its_instant() -> None:
+    body = CHUNK * 6 + TAIL % 6
+    ticks = iter(range(1, 1000))
+    log: list[tuple[str, int]] = []
+    due = [4]  # the instant of a held request, on a clock that ticks once per read
+
+    def send_due(t: int) -> None:
+        log.append(("send", t))
+        due[0] = 1 << 62  # the engine moves it on to the next held request
+
+    async def go() -> None:
+        async with _streaming([(body[i:i + len(CHUNK)], 0.005) for i in range(0, len(body), len(CHUNK))]) as url, \
+                aiohttp.ClientSession() as http, http.get(url) as resp:
+            await wire.read_body(resp.content, lambda d, t: log.append(("read", t)), lambda: next(ticks),
+                                 (due, send_due))
+
+    asyncio.run(go())
+    sends = [i for i, (what, _) in enumerate(log) if what == "send"]
+    assert len(sends) == 1
+    i = sends[0]
+    assert log[i - 1] == ("read", log[i][1]) and log[i][1] >= 4  # right after the read that passed it
+    assert all(t < 4 for what, t in log[:i - 1] if what == "read")
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str) -> str:
+        return f"extra {name}"
+
+
+def test_held_bytes_go_out_once_in_one_write() -> None:
+    real = _FakeTransport()
+    held = wire.HeldWrite(real)
+    held.writelines([b"POST / HTTP/1.1\r\n", b"\r\n"])
+    held.write(memoryview(b"{}"))
+    assert real.out == [] and held.get_extra_info("peername") == "extra peername"
+    held.send()
+    held.send()
+    assert real.out == [b"POST / HTTP/1.1\r\n\r\n{}"] and held.sent and not held.lost
+
+
+def test_held_bytes_for_a_closed_connection_are_lost_and_dropped_ones_never_go_out() -> None:
+    real = _FakeTransport()
+    held = wire.HeldWrite(real)
+    held.write(b"request")
+    real.closing = True
+    held.send()
+    assert held.lost and real.out == []
+    real.closing = False
+    dropped = wire.HeldWrite(real)
+    dropped.write(b"request")
+    dropped.drop()
+    dropped.send()
+    assert real.out == [] and not dropped.lost
+
+
+def test_while_the_timer_cannot_run_held_requests_go_out_from_the_reads_of_other_streams(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-in for a loop busy with a burst of reads: the hold's own timer wakes 60 ms late
+    (after the first request's, which starts the stream the others are due during). Requests
+    due while another stream is being read still go out at their instant, from a read."""
+    import loadgen.engine as engine_mod
+
+    real_sleep = engine_mod.sleep_until
+    holds: list[int] = []
+
+    async def late_hold_timer(due: int, clock, *args, **kw):  # type: ignore[no-untyped-def]
+        if kw.get("spin_ns") == 0:  # the dispatcher's own wait: untouched
+            return await real_sleep(due, clock, *args, **kw)
+        holds.append(due)
+        return await real_sleep(due + (60_000_000 if len(holds) > 1 else 0), clock)
+
+    monkeypatch.setattr(engine_mod, "sleep_until", late_hold_timer)
+    wl = SyntheticChat(input_tokens=4, output_tokens=40)
+    # the first request streams for ~80 ms (a chunk every 2 ms); the next seven fall due during
+    # it; the last when every stream has ended
+    offs = (np.array([0, 10, 20, 30, 40, 50, 60, 70, 400]) * 1e6).astype(np.int64)
+    rec, log = _run(tmp_path, 40, 0.002, Plan(wl.session, offs, np.arange(9)))
+    assert set(rec["status"]) == {"ok"}
+    order = np.argsort(rec["t_sched"])
+    lag_ms = ((np.asarray(rec["t_sent"]) - np.asarray(rec["t_sched"])) / 1e6)[order]
+    assert (lag_ms[1:8] < 20).all(), lag_ms  # sent from a read, well before the late timer
+    assert lag_ms[8] >= 60, lag_ms  # nothing streaming: only the (late) timer could send it
+    assert (lag_ms >= 0).all() and (np.sort(log["arrived"]) >= np.sort(rec["t_sched"])).all()
