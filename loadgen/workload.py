@@ -84,7 +84,7 @@ class SyntheticChat:
     def session(self, i: int) -> Session:
         n = self.input_tokens
         salt = f" {self.salt}_{i}" if self.salt else ""  # one token
-        body = BUILTIN.decode(_window(self.seed, i, max(n - (1 if salt else 0), 0)).tolist())
+        body = BUILTIN.decode_words(_window(self.seed, i, max(n - (1 if salt else 0), 0)))
         return Session(
             session=i,
             turns=(Turn(text=salt + body, max_tokens=self.output_tokens, prompt_tokens=n),),

@@ -102,3 +102,13 @@ def test_hf_tokenizer_pickles(tmp_path: Path) -> None:
     text = tok.words(33, np.random.default_rng(3))
     clone = pickle.loads(pickle.dumps(tok))
     assert clone.words(33, np.random.default_rng(3)) == text and clone.count(text) == 33
+
+
+def test_decode_words_is_decode_of_the_same_ids() -> None:
+    import numpy as np
+
+    from loadgen.tokenizer import BUILTIN, WORDS
+
+    ids = np.random.default_rng(7).integers(0, len(WORDS), 3000, dtype=np.int16)
+    for part in (ids[:0], ids[:1], ids[5:900], ids):
+        assert BUILTIN.decode_words(part) == BUILTIN.decode(part.tolist())
