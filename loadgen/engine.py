@@ -213,8 +213,8 @@ class Engine:
             if turn.children:
                 await asyncio.gather(*(self._run_session(c, self.clock()) for c in turn.children))
                 t_sched = max(t_sched, self.clock())
-            if turn_no > 0:
-                await self._sleep_until(t_sched)
+            if turn_no > 0:  # a later turn, after its think time: started early and held, as the first
+                await sleep_until(t_sched - _LEAD_NS, self.clock, spin_ns=0)
             if self._stop.is_set() and turn_no > 0:
                 return
             conv.add_turn(turn)
