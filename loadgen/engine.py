@@ -82,8 +82,8 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._slots: asyncio.Semaphore | None = None
-        self._holding: list[int] = [_NEVER]  # instants of requests held for their send time (and a sentinel)
-        # The same requests as a heap, to send from inside a burst of reads, and its earliest instant.
+        # Requests held for their instant, as a heap (sent from inside a burst of reads too),
+        # and the earliest instant among them, which reads and the session builder watch.
         self._due: list[tuple[int, int, HeldWrite]] = []
         self._next_due = [_NEVER]
 
@@ -144,7 +144,7 @@ class Engine:
         exhausted = False
         while True:
             while not exhausted and len(ahead) < _LOOKAHEAD and (
-                not ahead or min(ahead[0][0] - _LEAD_NS, *self._holding) - self.clock() > _BUILD_MARGIN_NS
+                not ahead or min(ahead[0][0] - _LEAD_NS, self._next_due[0]) - self.clock() > _BUILD_MARGIN_NS
             ):
                 i = next(todo, None)
                 if i is None:
@@ -335,23 +335,21 @@ class Engine:
         burst of reads, the first read after the instant sends them (``_send_due``).
         """
         me = self._inflight.get(seq)
-        if me is not None:
-            due = me.rec.t_sched
-            heapq.heappush(self._due, (due, seq, held))
-            self._next_due[0] = self._due[0][0]
-            self._holding.append(due)
-            try:
-                await sleep_until(due, self.clock)
-            except BaseException:
-                held.drop()  # cancelled: its bytes must never reach the connection
-                raise
-            finally:
-                self._holding.remove(due)
-        self._send_held(seq, held)
-        heap = self._due
-        while heap and heap[0][2].sent:
-            heapq.heappop(heap)
-        self._next_due[0] = heap[0][0] if heap else _NEVER
+        try:
+            if me is not None:
+                heapq.heappush(self._due, (me.rec.t_sched, seq, held))
+                self._next_due[0] = self._due[0][0]
+                try:
+                    await sleep_until(me.rec.t_sched, self.clock)
+                except BaseException:
+                    held.drop()  # cancelled: its bytes must never reach the connection
+                    raise
+            self._send_held(seq, held)
+        finally:
+            heap = self._due
+            while heap and heap[0][2].sent:
+                heapq.heappop(heap)
+            self._next_due[0] = heap[0][0] if heap else _NEVER
 
     def _send_due(self, t: int) -> None:
         """Send every held request due by ``t`` (called from a read)."""
