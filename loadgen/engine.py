@@ -9,6 +9,7 @@ Every request yields exactly one ``Record``, whatever happens to it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import time
 from collections import deque
@@ -26,7 +27,7 @@ from .session import Conversation, Session, Turn, build_body
 from .sse import BadStream
 from .stream import StreamError, StreamTally
 from .timing import SPIN_NS, sleep_until
-from .wire import SEQ_HEADER, HeldWrite, read_body, stamping_request_class
+from .wire import SEQ_HEADER, HeldWrite, StampingHandler, arrived, read_body, stamping_request_class
 
 __all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
 
@@ -103,6 +104,10 @@ class Engine:
             enable_cleanup_closed=False,
             ttl_dns_cache=None,
         )
+        if hasattr(connector, "_factory"):  # aiohttp's protocol factory: one that stamps each answer's arrival
+            connector._factory = functools.partial(
+                StampingHandler, loop=asyncio.get_running_loop(), clock=self.clock, due=(self._next_due, self._send_due)
+            )
         timeout = aiohttp.ClientTimeout(
             total=None, connect=None, sock_connect=self.cfg.timeouts.connect, sock_read=None
         )
@@ -271,7 +276,7 @@ class Engine:
         self.live.sent += 1
         try:
             async with await self._post(body, headers, me) as resp:
-                rec.t_headers = clock()
+                rec.t_headers = arrived(resp.content) or clock()
                 rec.http_status = resp.status
                 if resp.status != 200:
                     raw = await resp.content.read(4096)

@@ -20,9 +20,10 @@ import errno
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
-__all__ = ["HeldWrite", "read_body", "stamping_request_class", "SEQ_HEADER"]
+__all__ = ["HeldWrite", "StampingHandler", "arrived", "read_body", "release", "stamping_request_class", "SEQ_HEADER"]
 
 OnRead = Callable[[bytes, int], None]  # (the read's bytes, its arrival time)
 # Held requests to send from inside a burst of reads: the earliest instant among them
@@ -86,37 +87,113 @@ def _take_buffered(content: StreamReader) -> bytes:
     return data
 
 
+class _Early:
+    """What a body received before its request's task came to read it, with when."""
+
+    __slots__ = ("t_headers", "reads")
+
+    def __init__(self, t_headers: int) -> None:
+        self.t_headers = t_headers
+        self.reads: list[tuple[bytes, int]] = []
+
+    def add(self, data: bytes, t_ns: int) -> None:
+        self.reads.append((data, t_ns))
+
+
+_EARLY: dict[StreamReader, _Early] = {}
+
+
+class StampingHandler(ResponseHandler):
+    """aiohttp's protocol, stamping a response when its headers arrive and hooking its
+    body right then: what comes with the headers, or before the request's task runs
+    again (a burst of reads can hold it off), keeps the time it arrived.
+
+    Only 200 responses are hooked (the engine reads every other body itself); the
+    engine hands each hooked body to ``read_body`` or ``release``.
+    """
+
+    def __init__(self, loop: Any, clock: Callable[[], int], due: Due = _NEVER) -> None:
+        super().__init__(loop)
+        self._lg_clock = clock
+        self._lg_due = due
+        self._lg_body: StreamReader | None = None  # the last body hooked here
+
+    def feed_data(self, data: Any, size: int = 0) -> None:
+        message, payload = data
+        if _HOOKABLE and type(payload) is StreamReader and message.code == 200:
+            if self._lg_body is not None:
+                release(self._lg_body)  # an earlier answer on this connection that was never read
+            self._lg_body = payload
+            t = self._lg_clock()
+            early = _EARLY[payload] = _Early(t)
+            buffered = _take_buffered(payload)  # what came in the same read as the headers
+            if buffered:
+                early.reads.append((buffered, t))
+            if not payload.is_eof() and payload.exception() is None:
+                payload.__class__ = _Hooked
+                _SINKS[payload] = (early.add, self._lg_clock, *self._lg_due)
+        super().feed_data(data, size)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._lg_body is not None and self._lg_body in _EARLY:
+            release(self._lg_body)  # its request ended before reading it: nothing is kept for it
+        super().connection_lost(exc)
+
+
+def arrived(content: StreamReader) -> int | None:
+    """When the headers of this response arrived, if its protocol stamped them."""
+    early = _EARLY.get(content)
+    return early.t_headers if early is not None else None
+
+
+def release(content: StreamReader) -> None:
+    """Unhook a body that ``read_body`` will not read (its request ended first)."""
+    _EARLY.pop(content, None)
+    _SINKS.pop(content, None)
+    if type(content) is _Hooked:
+        content.__class__ = StreamReader
+
+
 async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], int], due: Due = _NEVER) -> None:
-    """Pass every read of ``content`` to ``on_read``, with ``clock()`` at its arrival, until the body ends.
+    """Pass every read of ``content`` to ``on_read``, with the time it arrived, until the body ends.
 
     ``on_read`` runs inside the event loop's I/O callback: it must be quick and
     must not await. ``due``: held requests to send from there when their instant
     comes (a burst of reads runs before any timer: without this, a request due
-    in the middle of one would wait for its end). An exception it raises ends the body and is raised here;
-    a connection lost mid-body raises aiohttp's payload error here.
+    in the middle of one would wait for its end). Reads that came before this
+    call keep their own times when the protocol was a ``StampingHandler``; else
+    they are stamped now. An exception ``on_read`` raises ends the body and is
+    raised here; a connection lost mid-body raises aiohttp's payload error here.
     """
-    if not (_HOOKABLE and type(content) is StreamReader):
+    early = _EARLY.pop(content, None)
+    if early is None and not (_HOOKABLE and type(content) is StreamReader):
         while data := await content.readany():
             on_read(data, clock())
         return
-    data = _take_buffered(content)  # what arrived together with the headers
-    if data:
-        on_read(data, clock())
-    exc = content.exception()
-    if exc is not None:
-        raise exc
-    if content.is_eof():
-        return
-    content.__class__ = _Hooked
-    _SINKS[content] = (on_read, clock, *due)
     try:
-        await content.wait_eof()
+        if content in _SINKS:  # hooked when its headers came: from now on, straight to on_read
+            _SINKS[content] = (on_read, clock, *due)
+        if early is not None:
+            for data, t in early.reads:
+                on_read(data, t)
+        data = _take_buffered(content)  # what arrived before a hook
+        if data:
+            on_read(data, clock())
         exc = content.exception()
         if exc is not None:
             raise exc
+        if not content.is_eof():
+            if content not in _SINKS:
+                content.__class__ = _Hooked
+                _SINKS[content] = (on_read, clock, *due)
+            await content.wait_eof()
+            exc = content.exception()
+            if exc is not None:
+                raise exc
     finally:
         _SINKS.pop(content, None)
-        content.__class__ = StreamReader
+        if type(content) is _Hooked:
+            content.__class__ = StreamReader
     data = _take_buffered(content)
     if data:
         on_read(data, clock())

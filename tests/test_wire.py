@@ -275,3 +275,99 @@ def test_while_the_timer_cannot_run_held_requests_go_out_from_the_reads_of_other
     assert (lag_ms[1:8] < 20).all(), lag_ms  # sent from a read, well before the late timer
     assert lag_ms[8] >= 60, lag_ms  # nothing streaming: only the (late) timer could send it
     assert (lag_ms >= 0).all() and (np.sort(log["arrived"]) >= np.sort(rec["t_sched"])).all()
+
+
+class _Quiet(asyncio.Transport):
+    """A transport that goes nowhere: the protocol is fed by hand."""
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def write(self, data: bytes) -> None:
+        pass
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _framed(*events: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+
+
+def _handler(now: list[int]) -> wire.StampingHandler:
+    handler = wire.StampingHandler(asyncio.get_running_loop(), clock=lambda: now[0])
+    handler.connection_made(_Quiet())
+    handler.set_response_params(read_until_eof=False, auto_decompress=False, read_timeout=None, read_bufsize=2**16)
+    return handler
+
+
+def test_reads_before_the_task_reads_the_body_keep_the_time_they_arrived() -> None:
+    async def go() -> tuple[int | None, list[tuple[bytes, int]]]:
+        now = [1000]
+        handler = _handler(now)
+        handler.data_received(HEAD + _framed(CHUNK))  # the first token with the headers
+        now[0] = 2000
+        handler.data_received(_framed(CHUNK))  # another before the task gets to the body
+        now[0] = 9000  # the task runs late (a burst of other reads, say)
+        _, content = await handler.read()
+        t_headers = wire.arrived(content)
+        got: list[tuple[bytes, int]] = []
+        task = asyncio.ensure_future(wire.read_body(content, lambda d, t: got.append((d, t)), lambda: now[0]))
+        await asyncio.sleep(0)
+        now[0] = 9500
+        handler.data_received(_framed(CHUNK, TAIL % 3) + b"0\r\n\r\n")
+        await task
+        return t_headers, got
+
+    t_headers, got = asyncio.run(go())
+    assert t_headers == 1000
+    assert [t for _, t in got] == [1000, 2000, 9500, 9500]
+    assert b"".join(d for d, _ in got) == CHUNK * 3 + TAIL % 3
+
+
+def test_a_body_that_is_not_read_is_let_go_with_its_connection() -> None:
+    async def go() -> tuple[bool, bool]:
+        now = [1]
+        handler = _handler(now)
+        handler.data_received(HEAD + _framed(CHUNK))
+        _, content = await handler.read()
+        held = content in wire._EARLY and content in wire._SINKS
+        handler.connection_lost(None)
+        return held, content in wire._EARLY or content in wire._SINKS or type(content) is not StreamReader
+
+    from aiohttp.streams import StreamReader
+
+    assert asyncio.run(go()) == (True, False)
+
+
+def test_an_error_answer_is_not_hooked_and_reads_as_usual() -> None:
+    async def go() -> bytes:
+        handler = _handler([1])
+        body = b'{"error": "overloaded"}'
+        handler.data_received(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        _, content = await handler.read()
+        assert wire.arrived(content) is None
+        return await content.read(4096)
+
+    assert asyncio.run(go()) == b'{"error": "overloaded"}'
+
+
+def test_the_engine_stamps_answers_in_aiohttps_protocol() -> None:
+    async def go() -> object:
+        connector = aiohttp.TCPConnector()
+        try:
+            return getattr(connector, "_factory", None)
+        finally:
+            await connector.close()
+
+    # if a future aiohttp renames its protocol factory, answers are stamped when the task reads them; this says so
+    assert asyncio.run(go()) is not None, f"aiohttp {aiohttp.__version__}: TCPConnector has no _factory"
