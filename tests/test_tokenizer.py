@@ -110,5 +110,5 @@ def test_decode_words_is_decode_of_the_same_ids() -> None:
     from loadgen.tokenizer import BUILTIN, WORDS
 
     ids = np.random.default_rng(7).integers(0, len(WORDS), 3000, dtype=np.int16)
-    for part in (ids[:0], ids[:1], ids[5:900], ids):
+    for part in (ids[:0], ids[:1], ids[:63], ids[:64], ids[5:900], ids):
         assert BUILTIN.decode_words(part) == BUILTIN.decode(part.tolist())
