@@ -272,7 +272,7 @@ class Engine:
     async def _exchange(self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str],
                         me: _Inflight) -> None:
         clock = self.clock
-        rec.t_sent = clock()  # replaced by the moment the headers are written
+        rec.t_sent = clock()  # replaced by the moment the request's bytes are handed to the socket
         self.live.sent += 1
         try:
             async with await self._post(body, headers, me) as resp:
@@ -351,15 +351,13 @@ class Engine:
                     raise
             self._send_held(seq, held)
         finally:
-            heap = self._due
-            while heap and heap[0][2].sent:
-                heapq.heappop(heap)
-            self._next_due[0] = heap[0][0] if heap else _NEVER
+            self._send_due(self.clock())
 
     def _send_due(self, t: int) -> None:
-        """Send every held request due by ``t`` (called from a read)."""
+        """Send every held request due by ``t`` (called from a read, and after each hold),
+        and let go of those already sent or dropped."""
         heap = self._due
-        while heap and heap[0][0] <= t:
+        while heap and (heap[0][0] <= t or heap[0][2].sent):
             _, seq, held = heapq.heappop(heap)
             self._send_held(seq, held)
         self._next_due[0] = heap[0][0] if heap else _NEVER

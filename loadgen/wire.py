@@ -1,4 +1,5 @@
-"""Reading a streamed response body at the moment aiohttp's protocol receives it.
+"""Reading a streamed response body at the moment aiohttp's protocol receives it, and
+writing each request at its instant.
 
 Why: the usual ``await content.readany()`` loop costs a future, a task wake-up
 and a coroutine resume per socket read, and stamps each read only when the
@@ -103,6 +104,11 @@ class _Early:
 _EARLY: dict[StreamReader, _Early] = {}
 
 
+def _hook(content: StreamReader, sink: tuple[OnRead, Callable[[], int], list[int], Callable[[int], None]]) -> None:
+    content.__class__ = _Hooked
+    _SINKS[content] = sink
+
+
 class StampingHandler(ResponseHandler):
     """aiohttp's protocol, stamping a response when its headers arrive and hooking its
     body right then: what comes with the headers, or before the request's task runs
@@ -130,8 +136,7 @@ class StampingHandler(ResponseHandler):
             if buffered:
                 early.reads.append((buffered, t))
             if not payload.is_eof() and payload.exception() is None:
-                payload.__class__ = _Hooked
-                _SINKS[payload] = (early.add, self._lg_clock, *self._lg_due)
+                _hook(payload, (early.add, self._lg_clock, *self._lg_due))
         super().feed_data(data, size)
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -147,7 +152,7 @@ def arrived(content: StreamReader) -> int | None:
 
 
 def release(content: StreamReader) -> None:
-    """Unhook a body that ``read_body`` will not read (its request ended first)."""
+    """Unhook a body: read to its end, or one ``read_body`` will not read (its request ended first)."""
     _EARLY.pop(content, None)
     _SINKS.pop(content, None)
     if type(content) is _Hooked:
@@ -184,16 +189,13 @@ async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], 
             raise exc
         if not content.is_eof():
             if content not in _SINKS:
-                content.__class__ = _Hooked
-                _SINKS[content] = (on_read, clock, *due)
+                _hook(content, (on_read, clock, *due))
             await content.wait_eof()
             exc = content.exception()
             if exc is not None:
                 raise exc
     finally:
-        _SINKS.pop(content, None)
-        if type(content) is _Hooked:
-            content.__class__ = StreamReader
+        release(content)
     data = _take_buffered(content)
     if data:
         on_read(data, clock())
