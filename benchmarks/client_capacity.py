@@ -35,10 +35,11 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from loadgen import aio
-from loadgen.engine import Engine, EngineConfig, Plan
+from loadgen import clock as aio
+from loadgen.client.config import EngineConfig, Plan
+from loadgen.client.engine import Engine
 from loadgen.records import RecordWriter, read_stream
-from loadgen.workload import SyntheticChat
+from loadgen.workload.load import SyntheticChat
 
 
 def _chunk(i: int) -> bytes:

@@ -23,8 +23,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from loadgen.sse import SSEParser  # noqa: E402
-from loadgen.stream import StreamTally  # noqa: E402
+from loadgen.client.protocol.sse import SSEParser
+from loadgen.client.protocol.tally import StreamTally
 
 WORDS = "the quick brown fox jumps over a lazy dog while sipping some cold tea".split()
 

@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen import aio
-from loadgen.prom import fetch_metrics, metrics_url
+from loadgen import clock as aio
+from loadgen.client.prometheus import fetch_metrics, metrics_url
 from loadgen.sim.process import start_sim
 
 

@@ -13,11 +13,11 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from loadgen.client.run import RunSettings, execute
 from loadgen.records import read_records
-from loadgen.runner import RunSettings, execute
 from loadgen.schedule import Arrival
 from loadgen.sim.truth import timing_error
-from loadgen.workload import SyntheticChat
+from loadgen.workload.load import SyntheticChat
 
 
 def main() -> None:

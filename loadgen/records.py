@@ -13,12 +13,18 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from loadgen.errors import ConfigError
+
 __all__ = [
+    "read_run_meta",
+    "write_json",
     "SCHEMA",
     "STATUSES",
     "Record",
@@ -226,3 +232,16 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
     for p in paths:
         p.unlink()
     return run / PARQUET_NAME
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+
+
+def read_run_meta(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        raise ConfigError(f"{run_dir}: not a run folder (no run.json)")
+    return orjson.loads(path.read_bytes())

@@ -13,14 +13,15 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable, Mapping
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .errors import SpecError
+from loadgen.errors import SpecError
 
-__all__ = ["LineDict", "Fields", "load_yaml", "apply_overrides", "OVERRIDE"]
+__all__ = ["LineDict", "Fields", "load_yaml", "apply_overrides", "OVERRIDE", "builtin_dir"]
 
 OVERRIDE = 0  # "line" of a value set by an override
 _MISSING: Any = object()
@@ -227,3 +228,11 @@ class Fields:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             known = ", ".join(sorted(self._used))
             raise self.error(key, f"unknown key{hint}; known here: {known}")
+
+
+def builtin_dir(kind: str) -> Path:
+    """The folder of built-in ``kind`` files: "workloads", "conformance" or "reports"."""
+    packaged = Path(str(files("loadgen"))) / f"_{kind}"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / kind

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.check import ITEMS, CheckOptions, Stream, Wire, error_shape, overlap, real_streaming, run_check
-from loadgen.ci_outputs import Outcome
 from loadgen.cli.main import main as cli_main
+from loadgen.conformance.check import CheckOptions, run_check
+from loadgen.conformance.check_items import ITEMS, error_shape, overlap, real_streaming
+from loadgen.conformance.ci_outputs import Outcome
+from loadgen.conformance.exchange import Stream, Wire
+from loadgen.sim.answer import SimConfig
 from loadgen.sim.faults import parse_faults
 from loadgen.sim.model import FixedModel
-from loadgen.sim.server import SimConfig, SimServer
+from loadgen.sim.server import SimServer
 from loadgen.sim.thread import serve_in_thread
-from loadgen.tokenizer import BUILTIN
+from loadgen.workload.tokenizer import BUILTIN
 
 
 @contextmanager

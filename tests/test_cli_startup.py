@@ -64,14 +64,14 @@ def test_help_imports_no_heavy_library(argv: list[str]) -> None:
 
 def test_the_check_can_fail() -> None:
     """The same check sees a heavy import when there is one (here: the gate's statistics)."""
-    heavy, _ = _imported_after_help(["gate"], before="import loadgen.gate")
+    heavy, _ = _imported_after_help(["gate"], before="import loadgen.conformance.gate")
     assert {"scipy", "pyarrow", "numpy"} <= set(heavy)
 
 
 def test_gate_help_names_the_builtin_profiles() -> None:
-    """The help text lists the profiles without loadgen.slo; both must find the same ones."""
+    """The help text lists the profiles without loadgen.conformance.slo; both must find the same ones."""
     from loadgen.cli.gate_cmd import profile_names
-    from loadgen.slo import builtin_profiles
+    from loadgen.conformance.slo import builtin_profiles
 
     assert profile_names() == list(builtin_profiles())
     assert profile_names()

@@ -10,16 +10,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen.compare import compare_runs, separated_winner
+from loadgen.analysis.compare import compare_runs, separated_winner
+from loadgen.analysis.metrics import SLO
+from loadgen.client.run import RunSettings
 from loadgen.errors import ConfigError
-from loadgen.metrics import SLO
-from loadgen.report.compare_html import COMPARE_CHART_IDS, write_compare
-from loadgen.runner import RunSettings
+from loadgen.report.compare import COMPARE_CHART_IDS, write_compare
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
-from loadgen.sweep import SweepPlan
-from loadgen.sweeper import SweepSettings, run_sweep
-from loadgen.workload import SyntheticChat
+from loadgen.sweep.plan import SweepPlan
+from loadgen.sweep.run import SweepSettings, run_sweep
+from loadgen.workload.load import SyntheticChat
 
 INF = math.inf
 

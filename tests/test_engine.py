@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.engine import Engine, EngineConfig, Plan
+from loadgen.client.config import EngineConfig, Plan
+from loadgen.client.engine import Engine
 from loadgen.records import RecordWriter, read_stream
+from loadgen.sim.answer import SimConfig
 from loadgen.sim.model import FixedModel
 from loadgen.sim.process import start_sim
-from loadgen.sim.server import SimConfig, SimServer
-from loadgen.workload import SyntheticChat
+from loadgen.sim.server import SimServer
+from loadgen.workload.load import SyntheticChat
 
 
 def _plan(offsets_ms: list[float], workload: SyntheticChat) -> Plan:

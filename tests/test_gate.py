@@ -14,24 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.ci_outputs import md_escape, to_junit, to_markdown
+from loadgen.analysis.window import Window
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run
 from loadgen.cli.main import main as cli_main
+from loadgen.conformance.bounds import batch_rate, compare, mean_bounds, percentile, proportion, verdict
+from loadgen.conformance.ci_outputs import md_escape, to_junit, to_markdown
+from loadgen.conformance.gate import exit_code, gate_run, parse_tolerance
+from loadgen.conformance.slo import load_profile
 from loadgen.errors import ConfigError
-from loadgen.gate import (
-    batch_rate,
-    compare,
-    exit_code,
-    gate_run,
-    mean_bounds,
-    parse_tolerance,
-    percentile,
-    proportion,
-    verdict,
-)
-from loadgen.metrics import Window
 from loadgen.records import Record, to_batch
-from loadgen.slo import load_profile
 
 MS = 1_000_000
 T0 = 10_000_000_000
@@ -129,7 +120,7 @@ def test_mean_and_rate_bounds() -> None:
      ((100, -np.inf, 120), (100, 96, np.inf), "<=", "inconclusive")],
 )
 def test_compare(cur: tuple[float, float, float], base: tuple[float, float, float], op: str, status: str) -> None:
-    from loadgen.gate import Measurement
+    from loadgen.conformance.bounds import Measurement
 
     def m(v: tuple[float, float, float]) -> Measurement:
         return Measurement(v[0], v[1], v[2], 100, "t", 0.975)
@@ -334,8 +325,9 @@ def test_gate_after_run_hook(tmp_path: Path) -> None:
 @contextmanager
 def thread_sim(ttft_ms: float, itl_ms: float) -> Iterator[str]:
     """The simulator with a fixed-latency model, served from a thread on loopback."""
+    from loadgen.sim.answer import SimConfig
     from loadgen.sim.model import FixedModel
-    from loadgen.sim.server import SimConfig, SimServer
+    from loadgen.sim.server import SimServer
     from loadgen.sim.thread import serve_in_thread
 
     server = SimServer(FixedModel(ttft_ms / 1e3, itl_ms / 1e3), SimConfig())
@@ -344,9 +336,9 @@ def thread_sim(ttft_ms: float, itl_ms: float) -> Iterator[str]:
 
 
 def _sim_run(url: str, out: Path) -> Path:
-    from loadgen.runner import RunSettings, execute
+    from loadgen.client.run import RunSettings, execute
     from loadgen.schedule import Arrival
-    from loadgen.workload import SyntheticChat
+    from loadgen.workload.load import SyntheticChat
 
     settings = RunSettings(endpoint=url, model="sim", arrival=Arrival("constant", rate=40.0), duration_s=None,
                            requests=80, drain_s=10.0)
@@ -376,13 +368,11 @@ def test_baseline_on_the_simulator(tmp_path: Path) -> None:
 
 def test_hooks_in_loadgen_gate_share_a_commands_own_slo(tmp_path: Path) -> None:
     """sweep has its own --slo (a profile or inline bounds); the gate reads the same value."""
-    import loadgen.gate as gate
-
     p = argparse.ArgumentParser()
     p.add_argument("--slo", default=None)
-    gate.add_gate_options(p)
+    add_gate_options(p)
     run = make_run(tmp_path / "r", [50.0] * 300)
-    assert gate.gate_after_run(run, p.parse_args(["--slo", str(profile(tmp_path, TTFT_P99)), "--gate"])) == 0
-    assert gate.gate_after_run(run, p.parse_args(["--slo", "ttft=200"])) == 0  # inline bounds, no --gate
+    assert gate_after_run(run, p.parse_args(["--slo", str(profile(tmp_path, TTFT_P99)), "--gate"])) == 0
+    assert gate_after_run(run, p.parse_args(["--slo", "ttft=200"])) == 0  # inline bounds, no --gate
     with pytest.raises(ConfigError, match="inline"):
-        gate.gate_after_run(run, p.parse_args(["--slo", "ttft=200", "--gate"]))
+        gate_after_run(run, p.parse_args(["--slo", "ttft=200", "--gate"]))

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from llamacpp import LlamaServer, have_xllamacpp, start_llamacpp
 
-from loadgen.calibrate import calibrate
 from loadgen.cli.main import main as cli_main
-from loadgen.prom import metrics_url
+from loadgen.client.calibrate import calibrate
+from loadgen.client.prometheus import metrics_url
+from loadgen.client.run import RunSettings, execute
+from loadgen.client.scrape import FILE_NAME, ScraperThread, load_server_metrics
 from loadgen.records import read_records
-from loadgen.runner import RunSettings, execute
 from loadgen.schedule import Arrival
-from loadgen.server_metrics import FILE_NAME, ScraperThread, load_server_metrics
-from loadgen.workload import SyntheticChat, load_workload
+from loadgen.workload.load import SyntheticChat, load_workload
 
 pytestmark = pytest.mark.skipif(not have_xllamacpp(), reason="xllamacpp (the [test] extra) is not installed")
 

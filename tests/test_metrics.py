@@ -11,18 +11,10 @@ import pyarrow as pa
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from loadgen.metrics import (
-    SLO,
-    MetricsError,
-    Window,
-    choose_window,
-    latency_samples,
-    summarize,
-    summary_to_json,
-    validity_warnings,
-)
+from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json, validity_warnings
+from loadgen.analysis.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, interval_histograms, timeseries
+from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import SCHEMA, Record, to_batch
-from loadgen.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, interval_histograms, timeseries
 
 BASE = 10**12  # perf_counter_ns values are large; keep the tests honest about that
 MS = 1_000_000

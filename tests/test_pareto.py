@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from loadgen.analysis.pareto import cost_per_million, dominates, frontier, parse_prices, per_gpu
 from loadgen.errors import ConfigError
-from loadgen.pareto import cost_per_million, dominates, frontier, parse_prices, per_gpu
 
 NAN = float("nan")
 

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from loadgen.analysis.points import analyze_run
+from loadgen.client.run import RunSettings, settings_json
 from loadgen.records import Record, to_batch
 from loadgen.report.html import CHART_IDS, render_html, write_report
-from loadgen.report.points import analyze_run
 from loadgen.report.sweep_view import render_sweep
-from loadgen.runner import RunSettings, settings_json
 
 EVIL = "<script>window.__pwned=1;document.title='pwned'</script>"
 SECTIONS = ("overview", "warnings", "points", "charts", "error-detail", "config", "method")

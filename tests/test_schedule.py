@@ -12,13 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.schedule import (
-    Arrival,
-    ScheduleError,
-    offsets_ns,
-    parse_arrival,
-    shard_indices,
-)
+from loadgen.schedule import Arrival, ScheduleError, offsets_ns, parse_arrival, shard_indices
 
 POISSON = Arrival("poisson", rate=50.0)
 GAMMA = Arrival("gamma", rate=20.0, cv=2.0)

@@ -13,20 +13,17 @@ import orjson
 import pytest
 from llamacpp import LlamaServer, have_xllamacpp, start_llamacpp
 
-from loadgen.errors import ConfigError
-from loadgen.prom import metrics_url
-from loadgen.server_metrics import (
+from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_engine_metrics
+from loadgen.client.prometheus import metrics_url
+from loadgen.client.scrape import (
     FILE_NAME,
-    SERIES,
     ScraperThread,
     ServerMetricsScraper,
-    detect_engine,
     load_server_metrics,
-    normalize,
-    parse_engine_metrics,
     resolve_option,
     summarize,
 )
+from loadgen.errors import ConfigError
 from loadgen.sim.model import FixedModel
 from loadgen.sim.server import SimServer
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from loadgen.sim import profiles
 from loadgen.sim.model import SimRequest
-from loadgen.sim.roofline import CapacityError, RooflineModel, offline_throughput
+from loadgen.sim.roofline import RooflineModel, offline_throughput
+from loadgen.sim.step_cost import CapacityError
 
 H100 = profiles.gpu("h100")
 L8B = profiles.model("llama-3.1-8b")
@@ -493,7 +494,7 @@ def test_headroom_spreads_a_burst_of_front_end_work_over_steps():
 
 
 def test_sleep_until_with_naps_is_precise_and_lets_the_loop_run():
-    from loadgen.timing import sleep_until
+    from loadgen.clock import sleep_until
 
     async def main():
         ticks = 0

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import orjson
 
+from loadgen.sim.answer import SimConfig, _word_index
 from loadgen.sim.model import FixedModel, TimingModel
 from loadgen.sim.roofline import RooflineModel
-from loadgen.sim.server import SimConfig, SimServer, _word_index, _Writer
-from loadgen.tokenizer import BUILTIN, WORDS
+from loadgen.sim.server import SimServer
+from loadgen.sim.stream_writer import _Writer
+from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 
 def _request(port: int, body: dict, path: str = "/v1/chat/completions", version: str = "1.1") -> bytes:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.conformance.slo import METRICS, builtin_profiles, load_profile, parse_bound
 from loadgen.errors import SpecError
-from loadgen.slo import METRICS, builtin_profiles, load_profile, parse_bound
 
 GOOD = """\
 name: t

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadgen.sse import BadStream, SSEError, SSEParser
+from loadgen.client.protocol.sse import BadStream, SSEError, SSEParser
 
 
 def parse_whole(stream: bytes, **kw: int) -> list[bytes]:

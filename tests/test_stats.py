@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from loadgen.stats import (
+from loadgen.analysis.stats import (
     PERCENTILES,
     Dist,
     binomial_min_samples,

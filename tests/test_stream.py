@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.sse import BadStream, SSEError
-from loadgen.stream import StreamError, StreamTally, spread
+from loadgen.client.protocol.chunk_errors import StreamError
+from loadgen.client.protocol.sse import BadStream, SSEError
+from loadgen.client.protocol.tally import StreamTally, spread
 
 
 def sse(*events: bytes | dict) -> list[bytes]:
@@ -561,7 +562,7 @@ def test_template_path_matches_full_decode(case: tuple[str, list[bytes]], data: 
 
 
 def test_template_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    import loadgen.stream as stream_mod
+    import loadgen.client.protocol.tally as stream_mod
 
     calls = []
 

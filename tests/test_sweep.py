@@ -8,25 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.analysis.attainment import attainment_interval, capacity_at_slo, samples_to_confirm
+from loadgen.client.run import RunSettings
 from loadgen.errors import ConfigError
-from loadgen.runner import RunSettings, read_run_meta
+from loadgen.records import read_run_meta
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
-from loadgen.sweep import (
-    AutoSearch,
-    Observation,
-    Step,
-    SweepPlan,
-    attainment_interval,
-    capacity_at_slo,
-    next_step,
-    parse_list,
-    samples_to_confirm,
-    saturation_reason,
-    search_end,
-)
-from loadgen.sweeper import SweepSettings, point_salt, run_sweep
-from loadgen.workload import SyntheticChat
+from loadgen.sweep.plan import SweepPlan, parse_list
+from loadgen.sweep.run import SweepSettings, point_salt, run_sweep
+from loadgen.sweep.search import AutoSearch, Observation, Step, next_step, saturation_reason, search_end
+from loadgen.workload.load import SyntheticChat
 
 # --------------------------------------------------------------------------- parsing
 
@@ -205,8 +196,8 @@ def test_auto_sweep_finds_the_simulators_capacity(tmp_path: Path) -> None:
     assert [p["salt"] for p in meta["points"]] == [point_salt(settings, k) for k in range(len(rates))]
     assert (out / "records.parquet").exists() and not list(out.glob("*.arrows"))
 
+    from loadgen.analysis.points import analyze_run
     from loadgen.records import read_records
-    from loadgen.report.points import analyze_run
 
     table = read_records(out)
     assert sorted(set(table.column("point").to_pylist())) == list(range(len(rates)))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from loadgen.errors import LoadgenError
-from loadgen.tokenizer import BUILTIN, WORDS, HFTokenizer, get_tokenizer
-from loadgen.workload import load_workload
+from loadgen.workload.load import load_workload
+from loadgen.workload.tokenizer import BUILTIN, WORDS, HFTokenizer, get_tokenizer
 
 
 def train(path: Path, kind: str) -> Path:
@@ -107,7 +107,7 @@ def test_hf_tokenizer_pickles(tmp_path: Path) -> None:
 def test_decode_words_is_decode_of_the_same_ids() -> None:
     import numpy as np
 
-    from loadgen.tokenizer import BUILTIN, WORDS
+    from loadgen.workload.tokenizer import BUILTIN, WORDS
 
     ids = np.random.default_rng(7).integers(0, len(WORDS), 3000, dtype=np.int16)
     for part in (ids[:0], ids[:1], ids[:63], ids[:64], ids[5:900], ids):

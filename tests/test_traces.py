@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from loadgen.errors import SpecError
-from loadgen.tokenizer import BUILTIN
-from loadgen.workload import PREFIX_TOKENS, load_workload
+from loadgen.workload.load import load_workload
+from loadgen.workload.text import PREFIX_TOKENS
+from loadgen.workload.tokenizer import BUILTIN
 
 
 def spec(tmp_path: Path, fmt: str, path: str, extra: str = "") -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadgen.client.run import RunSettings, execute
 from loadgen.records import read_records
-from loadgen.runner import RunSettings, execute
 from loadgen.schedule import Arrival
 from loadgen.sim.truth import timing_error
-from loadgen.workload import SyntheticChat
+from loadgen.workload.load import SyntheticChat
 
 
 def test_client_timestamps_follow_the_servers_writes_at_light_load(tmp_path):

@@ -13,10 +13,11 @@ import aiohttp.web
 import numpy as np
 import pytest
 
-from loadgen import wire
-from loadgen.engine import Engine, EngineConfig, Plan
+from loadgen.client import _aiohttp as wire
+from loadgen.client.config import EngineConfig, Plan
+from loadgen.client.engine import Engine
 from loadgen.records import RecordWriter, read_stream
-from loadgen.workload import SyntheticChat
+from loadgen.workload.load import SyntheticChat
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
 TAIL = b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'
@@ -252,7 +253,7 @@ def test_while_the_timer_cannot_run_held_requests_go_out_from_the_reads_of_other
     """Stand-in for a loop busy with a burst of reads: the hold's own timer wakes 60 ms late
     (after the first request's, which starts the stream the others are due during). Requests
     due while another stream is being read still go out at their instant, from a read."""
-    import loadgen.engine as engine_mod
+    import loadgen.client.engine as engine_mod
 
     real_sleep = engine_mod.sleep_until
     holds: list[int] = []

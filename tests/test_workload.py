@@ -15,10 +15,11 @@ import orjson
 import pytest
 
 from loadgen.errors import ConfigError, SpecError
-from loadgen.session import Session
-from loadgen.synthetic import RagWorkload
-from loadgen.tokenizer import BUILTIN
-from loadgen.workload import PREFIX_TOKENS, SyntheticChat, builtin_specs, load_workload
+from loadgen.workload.load import SyntheticChat, builtin_specs, load_workload
+from loadgen.workload.session import Session
+from loadgen.workload.synthetic import RagWorkload
+from loadgen.workload.text import PREFIX_TOKENS
+from loadgen.workload.tokenizer import BUILTIN
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -210,7 +211,7 @@ def test_rag_zipf_popularity_and_sorted_order(tmp_path: Path) -> None:
 _DIGEST = """
 import dataclasses, hashlib, sys
 import orjson
-from loadgen.workload import load_workload
+from loadgen.workload.load import load_workload
 h = hashlib.sha256()
 for spec in sys.argv[1:]:
     w = load_workload(spec, seed=7, salt="s")

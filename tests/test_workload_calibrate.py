@@ -10,10 +10,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from loadgen.calibrate import calibrate, fit
+from loadgen.client.calibrate import calibrate, fit
 from loadgen.errors import EndpointError
-from loadgen.tokenizer import BUILTIN
-from loadgen.workload import load_workload
+from loadgen.workload.load import load_workload
+from loadgen.workload.tokenizer import BUILTIN
 
 
 def server_app(*, tokenize: bool, usage: bool) -> web.Application:

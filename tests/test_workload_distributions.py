@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.distributions import Empirical, Fixed, LogNormal, Normal, Uniform
-from loadgen.workload import rng
+from loadgen.workload.distributions import Empirical, Fixed, LogNormal, Normal, Uniform
+from loadgen.workload.text import rng
 
 bounds = st.tuples(st.none() | st.integers(1, 500), st.none() | st.integers(1, 5000))
 

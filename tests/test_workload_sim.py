@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from loadgen.client.run import RunSettings, execute
 from loadgen.records import read_records
-from loadgen.runner import RunSettings, execute
 from loadgen.schedule import Arrival
-from loadgen.workload import load_workload
+from loadgen.workload.load import load_workload
 
 AGENTIC = """\
 kind: agentic

@@ -11,7 +11,7 @@ import pytest
 from loadgen.cli.workload_preview import preview_stats
 from loadgen.cli.workloads_cmd import add_parser
 from loadgen.errors import SpecError
-from loadgen.workload import load_workload
+from loadgen.workload.load import load_workload
 
 
 def main(argv: list[str]) -> int:

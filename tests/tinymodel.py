@@ -4,7 +4,7 @@ Why: the integration tests want llama.cpp's own HTTP server (continuous batching
 prompt cache, its real stream shapes and ``/metrics``), and a downloaded model would
 make the suite depend on the network. Nothing here downloads anything: the byte-level
 BPE vocabulary is trained on a small generated English corpus (words from
-``loadgen.tokenizer.WORDS``), the weights are seeded random numbers, and the chat
+``loadgen.workload.tokenizer.WORDS``), the weights are seeded random numbers, and the chat
 template is ChatML. The weights are meaningless, so the text is gibberish; requests
 set ``ignore_eos`` so outputs still have the length they ask for.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.tokenizer import WORDS
+from loadgen.workload.tokenizer import WORDS
 
 __all__ = ["TinySpec", "build_tiny_model", "corpus"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..check_verdicts import ITEMS
-from ..errors import ConfigError
-from .run_cmd import resolve_endpoint
-from .sim_cmd import add_sim_options, sim_args
+from loadgen.cli.run_cmd import resolve_endpoint
+from loadgen.cli.sim_cmd import add_sim_options, sim_args
+from loadgen.conformance.check_items import ITEMS
+from loadgen.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,10 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ..check import CheckOptions, run_check
-    from ..ci_outputs import print_outcome, write_outputs
-    from ..runner import api_key_from_env, target
-    from ..tokenizer import get_tokenizer
+    from loadgen.client.run import api_key_from_env, target
+    from loadgen.conformance.check import CheckOptions, run_check
+    from loadgen.conformance.ci_outputs import print_outcome, write_outputs
+    from loadgen.workload.tokenizer import get_tokenizer
 
     if args.timeout <= 0:
         raise ConfigError("--timeout must be > 0 seconds")

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .sweep_cmd import resolve_slo
+from loadgen.cli.sweep_cmd import resolve_slo
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from ..compare import Comparison, Verdict
+    from loadgen.analysis.compare import Comparison, Verdict
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cell(v: tuple[float, float, float] | None) -> str:
-    from ..report.html import fmt
+    from loadgen.report.markup import fmt
 
     return "-" if v is None else f"{fmt(v[0])} [{fmt(v[1])}, {fmt(v[2])}]"
 
@@ -69,8 +69,8 @@ def print_comparison(c: Comparison, console: Console) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..compare import compare_runs
-    from ..report.compare_html import write_compare
+    from loadgen.analysis.compare import compare_runs
+    from loadgen.report.compare import write_compare
 
     slo, slo_name, target = resolve_slo(args.slo)
     target = args.slo_target if args.slo_target is not None else target

@@ -11,12 +11,12 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from ..resources import builtin_dir
+from loadgen.errors import ConfigError
+from loadgen.specfile import builtin_dir
 
 if TYPE_CHECKING:
-    from ..metrics import SLO
-    from ..slo import Profile
+    from loadgen.analysis.metrics import SLO
+    from loadgen.conformance.slo import Profile
 
 EXIT_CODES = "exit code 0 pass, 1 fail, 3 inconclusive (see --inconclusive), 2 usage error"
 
@@ -65,8 +65,8 @@ def profile_names() -> list[str]:
 
 def gate_profile(args: argparse.Namespace) -> Profile | None:
     """Validate the gate flags (profile, tolerance, baseline) before any traffic; None when not gating."""
-    from ..gate import parse_tolerance
-    from ..slo import load_profile
+    from loadgen.conformance.gate import parse_tolerance
+    from loadgen.conformance.slo import load_profile
 
     if getattr(args, "gate", False) and not getattr(args, "slo", None):
         raise ConfigError("--gate needs --slo PROFILE")
@@ -96,8 +96,8 @@ def gate_after_run(run_dir: Path, args: argparse.Namespace) -> int:
     profile = gate_profile(args)
     if profile is None:
         return 0
-    from ..ci_outputs import print_outcome, write_outputs
-    from ..gate import gate_run, parse_tolerance
+    from loadgen.conformance.ci_outputs import print_outcome, write_outputs
+    from loadgen.conformance.gate import gate_run, parse_tolerance
 
     outcome = gate_run(Path(run_dir), profile, baseline=Path(args.baseline) if args.baseline else None,
                        tolerance=parse_tolerance(args.tolerance), inconclusive=args.inconclusive)

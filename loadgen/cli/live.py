@@ -16,8 +16,8 @@ from rich.live import Live
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..sweeper import PointResult, SweepSettings
+    from loadgen.client.engine import Engine
+    from loadgen.sweep.run import PointResult, SweepSettings
 
 
 def _p50(values: Any) -> str:
@@ -68,7 +68,7 @@ class SweepView:
     """A table that grows a row per finished point, above the live counters of the point running."""
 
     def __init__(self, settings: SweepSettings, enabled: bool, console: Console | None = None) -> None:
-        from ..report.sweep_view import point_columns
+        from loadgen.report.sweep_view import point_columns
 
         self.console = console or Console(stderr=True)
         self.settings = settings
@@ -96,7 +96,7 @@ class SweepView:
         self.live_view.attach(engine)
 
     def on_point(self, point: PointResult) -> None:
-        from ..report.sweep_view import point_cells
+        from loadgen.report.sweep_view import point_cells
 
         s = self.settings
         a = point.step.arrival

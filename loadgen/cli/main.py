@@ -11,8 +11,8 @@ import argparse
 import importlib
 import sys
 
-from .. import __version__
-from ..errors import LoadgenError
+from loadgen import __version__
+from loadgen.errors import LoadgenError
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
 COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd", "sweep_cmd", "compare_cmd", "gate_cmd", "check_cmd")

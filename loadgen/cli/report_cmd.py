@@ -18,13 +18,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..report.html import write_report
-    from ..report.summary import summarize_run
-    from ..runner import read_run_meta
+    from loadgen.analysis.run_summary import summarize_run
+    from loadgen.records import read_run_meta
+    from loadgen.report.html import write_report
 
     run_dir = Path(args.run_dir)
     if read_run_meta(run_dir).get("points"):  # a sweep: per point, the frontier, capacity at SLO
-        from ..report.sweep_view import render_sweep
+        from loadgen.report.sweep_view import render_sweep
 
         options = {"lag_limit_ms": args.lag_limit_ms} if args.lag_limit_ms is not None else {}
         render_sweep(run_dir, **options).print()

@@ -6,15 +6,15 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from .gate_cmd import add_gate_options, gate_after_run, slo_of
-from .sim_cmd import add_sim_options, sim_args
+from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, slo_of
+from loadgen.cli.sim_cmd import add_sim_options, sim_args
+from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..engine import Timeouts
-    from ..runner import RunSettings
-    from ..schedule import Arrival
-    from ..workload import Workload
+    from loadgen.client.config import Timeouts
+    from loadgen.client.run import RunSettings
+    from loadgen.schedule import Arrival
+    from loadgen.workload.load import Workload
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -88,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve_arrival(args: argparse.Namespace) -> Arrival:
-    from ..schedule import ScheduleError, parse_arrival
+    from loadgen.schedule import ScheduleError, parse_arrival
 
     if args.rate is not None and args.concurrency is not None:
         raise ConfigError("give --rate (open loop) or --concurrency (closed loop), not both")
@@ -103,7 +103,7 @@ def resolve_arrival(args: argparse.Namespace) -> Arrival:
 
 
 def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
-    from ..workload import SyntheticChat, load_workload
+    from loadgen.workload.load import SyntheticChat, load_workload
 
     if args.workload:
         overrides = {k: v for k, v in (("input_tokens", args.input_tokens),
@@ -137,7 +137,7 @@ def resolve_endpoint(args: argparse.Namespace) -> str | None:
 
 
 def timeouts(args: argparse.Namespace) -> Timeouts:
-    from ..engine import Timeouts
+    from loadgen.client.config import Timeouts
 
     values = (args.connect_timeout, args.first_byte_timeout, args.idle_timeout, args.request_timeout)
     if min(values) <= 0:
@@ -146,7 +146,7 @@ def timeouts(args: argparse.Namespace) -> Timeouts:
 
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
-    from ..runner import RunSettings
+    from loadgen.client.run import RunSettings
 
     if args.duration is None and args.requests is None:
         args.duration = 10.0 if args.concurrency is None else None
@@ -163,9 +163,9 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..report.summary import summarize_run
-    from ..runner import api_key_from_env, execute, new_run_id
-    from .live import LiveView
+    from loadgen.analysis.run_summary import summarize_run
+    from loadgen.cli.live import LiveView
+    from loadgen.client.run import api_key_from_env, execute, new_run_id
 
     slo = slo_of(args)  # a bad profile, tolerance or baseline fails here, before any traffic
     settings = settings_from_args(args)
@@ -178,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
                          on_engine=view.attach)
     report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)
     report.print()
-    from ..report.html import write_report
+    from loadgen.report.html import write_report
 
     print(f"report: {write_report(out)}")
     if result.interrupted:

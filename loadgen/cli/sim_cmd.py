@@ -10,11 +10,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
+from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..sim.model import TimingModel
-    from ..sim.server import SimServer
+    from loadgen.sim.model import TimingModel
+    from loadgen.sim.server import SimServer
 
 # (flag without prefix, dest suffix, type, default, help)
 _OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
@@ -69,7 +69,7 @@ def sim_args(args: argparse.Namespace) -> list[str]:
 
 def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
     """The timing model, its served name and context length, from parsed options."""
-    from ..sim.model import FixedModel
+    from loadgen.sim.model import FixedModel
 
     if args.sim_ttft_ms is not None or args.sim_itl_ms is not None:
         ttft = 50.0 if args.sim_ttft_ms is None else args.sim_ttft_ms
@@ -77,8 +77,9 @@ def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
         if ttft < 0 or itl < 0:
             raise ConfigError("--ttft-ms and --itl-ms must be >= 0")
         return FixedModel(ttft / 1e3, itl / 1e3), "sim", 131072
-    from ..sim.profiles import ProfileError
-    from ..sim.roofline import CapacityError, RooflineModel
+    from loadgen.sim.profiles import ProfileError
+    from loadgen.sim.roofline import RooflineModel
+    from loadgen.sim.step_cost import CapacityError
 
     if args.sim_prefix_cache not in ("on", "off"):
         raise ConfigError(f"--prefix-cache {args.sim_prefix_cache!r}: use on or off")
@@ -95,8 +96,9 @@ def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
 
 
 def build_server(args: argparse.Namespace) -> SimServer:
-    from ..sim.faults import FaultSpecError, parse_faults
-    from ..sim.server import SimConfig, SimServer
+    from loadgen.sim.answer import SimConfig
+    from loadgen.sim.faults import FaultSpecError, parse_faults
+    from loadgen.sim.server import SimServer
 
     model, name, max_len = build_model(args)
     try:
@@ -114,7 +116,7 @@ async def serve(args: argparse.Namespace) -> None:
     import asyncio
     import signal
 
-    from ..sim.process import READY
+    from loadgen.sim.process import READY
 
     server = build_server(args)
     url = await server.start(args.host, args.port)
@@ -137,9 +139,9 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # the client's loop (aio.py): uvloop where installed, LOADGEN_LOOP to force one; what it
+    # the client's loop (clock.py): uvloop where installed, LOADGEN_LOOP to force one; what it
     # changes for the simulator's capacity is in docs/simulator.md §7
-    from .. import aio
+    from loadgen import clock
 
-    aio.run(serve(args))
+    clock.run(serve(args))
     return 0

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError, LoadgenError
-from .gate_cmd import add_gate_options, gate_after_run
-from .run_cmd import (
+from loadgen.cli.gate_cmd import add_gate_options, gate_after_run
+from loadgen.cli.run_cmd import (
     add_target_options,
     add_timing_options,
     add_traffic_options,
@@ -24,12 +23,13 @@ from .run_cmd import (
     resolve_workload,
     timeouts,
 )
-from .sim_cmd import add_sim_options, sim_args
+from loadgen.cli.sim_cmd import add_sim_options, sim_args
+from loadgen.errors import ConfigError, LoadgenError
 
 if TYPE_CHECKING:
-    from ..metrics import SLO
-    from ..schedule import Arrival
-    from ..sweeper import SweepSettings
+    from loadgen.analysis.metrics import SLO
+    from loadgen.schedule import Arrival
+    from loadgen.sweep.run import SweepSettings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,7 +80,7 @@ def resolve_slo(text: str | None) -> tuple[SLO | None, str, float | None]:
         return None, "", None
     if "=" in text and not Path(text).exists():
         return _inline_slo(text), text, None
-    from ..slo import load_profile
+    from loadgen.conformance.slo import load_profile
 
     profile = load_profile(text)
     if profile.slo is None:
@@ -91,7 +91,7 @@ def resolve_slo(text: str | None) -> tuple[SLO | None, str, float | None]:
 
 
 def _inline_slo(text: str) -> SLO:
-    from ..metrics import SLO
+    from loadgen.analysis.metrics import SLO
 
     keys = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
     values: dict[str, float] = {}
@@ -111,8 +111,8 @@ def _inline_slo(text: str) -> SLO:
 
 
 def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
-    from ..schedule import ScheduleError, parse_arrival
-    from ..sweep import parse_list
+    from loadgen.schedule import ScheduleError, parse_arrival
+    from loadgen.sweep.plan import parse_list
 
     try:
         if args.concurrency:
@@ -128,11 +128,12 @@ def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
 
 
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
-    from ..pareto import parse_prices
-    from ..runner import RunSettings
-    from ..schedule import parse_arrival
-    from ..sweep import AutoSearch, SweepPlan
-    from ..sweeper import SweepSettings
+    from loadgen.analysis.pareto import parse_prices
+    from loadgen.client.run import RunSettings
+    from loadgen.schedule import parse_arrival
+    from loadgen.sweep.plan import SweepPlan
+    from loadgen.sweep.run import SweepSettings
+    from loadgen.sweep.search import AutoSearch
 
     mode, arrivals = _arrivals(args)
     slo, slo_name, profile_target = resolve_slo(args.slo)
@@ -159,10 +160,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from ..report.sweep_view import render_sweep
-    from ..runner import api_key_from_env, new_run_id
-    from ..sweeper import run_sweep
-    from .live import SweepView
+    from loadgen.cli.live import SweepView
+    from loadgen.client.run import api_key_from_env, new_run_id
+    from loadgen.report.sweep_view import render_sweep
+    from loadgen.sweep.run import run_sweep
 
     settings = settings_from_args(args)
     api_key = api_key_from_env(args.api_key_env)

@@ -15,8 +15,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..session import Session, Turn
-from ..workload import Workload
+from loadgen.workload.load import Workload
+from loadgen.workload.session import Session, Turn
 
 __all__ = ["preview_stats", "render"]
 
@@ -87,7 +87,7 @@ def preview_stats(w: Workload, n: int) -> dict[str, Any]:
     }
     offsets = w.offsets_ns()
     if offsets is not None and len(offsets):
-        from ..traces import gap_stats
+        from loadgen.workload.traces.replay import gap_stats
 
         stats["arrivals"] = gap_stats(np.asarray(offsets))
     return stats

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import ConfigError
+from loadgen.errors import ConfigError
 
 __all__ = ["add_parser"]
 
@@ -52,7 +52,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..workload import builtin_specs
+    from loadgen.workload.load import builtin_specs
 
     table = Table(title="built-in workloads", title_justify="left")
     for col in ("name", "kind", "description"):
@@ -69,7 +69,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from ..workload import find_spec
+    from loadgen.workload.load import find_spec
 
     path = find_spec(args.name)
     print(f"# {path}")
@@ -81,8 +81,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
 
-    from ..workload import load_workload
-    from .workload_preview import preview_stats, render
+    from loadgen.cli.workload_preview import preview_stats, render
+    from loadgen.workload.load import load_workload
 
     if args.n < 1:
         raise ConfigError(f"--n {args.n}: must be >= 1")

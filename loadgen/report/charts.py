@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from .chart_style import (
+from loadgen.report.chart_style import (
     COLORS,
     RC,
     _axes,

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from ..metrics import latency_samples
-from ..server_metrics import load_server_metrics
-from ..stats import Dist
-from ..timeseries import timeseries
-from . import charts
-from .markup import esc, figure_html, fmt, fmt_ci, kv_html, page
-from .points import PointFigures, RunAnalysis, analyze_run
+from loadgen.analysis.metrics import latency_samples
+from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
+from loadgen.analysis.stats import Dist
+from loadgen.analysis.timeseries import timeseries
+from loadgen.client.scrape import load_server_metrics
+from loadgen.report import charts
+from loadgen.report.markup import esc, figure_html, fmt, fmt_ci, kv_html, page
 
 __all__ = ["write_report", "render_html", "page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html", "CHART_IDS"]
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ..resources import builtin_dir
+from loadgen.specfile import builtin_dir
 
 __all__ = ["page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html"]
 

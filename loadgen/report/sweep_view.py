@@ -16,12 +16,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..metrics import SLO, Summary, summary_to_json
-from ..pareto import cost_per_million, per_gpu
-from ..runner import write_json
-from ..stats import json_number
-from .html import fmt, write_report
-from .points import PointFigures, RunAnalysis, analyze_run, slo_to_json
+from loadgen.analysis.metrics import SLO, Summary, summary_to_json
+from loadgen.analysis.pareto import cost_per_million, per_gpu
+from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run, slo_to_json
+from loadgen.analysis.stats import json_number
+from loadgen.records import write_json
+from loadgen.report.html import write_report
+from loadgen.report.markup import fmt
 
 __all__ = ["SweepReport", "render_sweep", "point_columns", "point_cells", "frontier_table", "points_table",
            "analysis_json"]

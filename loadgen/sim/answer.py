@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..tokenizer import BUILTIN, WORDS
-from .faults import FaultSpec
-from .model import SimRequest
+from loadgen.sim.faults import FaultSpec
+from loadgen.sim.model import SimRequest
+from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 __all__ = ["SimConfig"]
 

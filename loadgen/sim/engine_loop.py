@@ -19,15 +19,15 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..timing import sleep_until
-from .model import COALESCE_NS, Clock
-from .scheduler import BatchScheduler, _Plan
+from loadgen.clock import sleep_until
+from loadgen.sim.model import COALESCE_NS, Clock
+from loadgen.sim.scheduler import BatchScheduler, _Plan
 
 __all__ = ["EngineLoop"]
 
 # The engine loop's wait for a step's end: no asyncio timer within 2 ms of it (they wake up to
 # ~1.2 ms late, later when a loop turn runs long); over that stretch, kernel naps of <= 0.1 ms with
-# the server's I/O run between them (timing.py), and over the last 0.25 ms one kernel sleep to the
+# the server's I/O run between them (clock.py), and over the last 0.25 ms one kernel sleep to the
 # instant, so that no loop turn (a request's HTTP parsing, its handler) starts just before the step's
 # writes are due. Lands ~0.03 ms late (p50), and a process that sleeps rather than spins is the one the
 # OS scheduler favours on a shared core.
@@ -163,7 +163,7 @@ class EngineLoop(BatchScheduler):
             self._next_end, self._slack_left = end, _FRONTEND_SLACK_NS
             now = self.clock()
             writes: list[Callable[[], None]] = []
-            if now < end:  # to ~0.1 ms: no timer can be late past `end` (timing.py)
+            if now < end:  # to ~0.1 ms: no timer can be late past `end` (clock.py)
                 writes = self._prepare(plan)  # while there is time: the step's writes, ready to go
                 await sleep_until(end - _HOLD_NS, self.clock, spin_ns=_SPIN_NS, nap_ns=_NAP_NS)
                 left = end - self.clock()

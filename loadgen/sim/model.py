@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..timing import sleep_until
+from loadgen.clock import sleep_until
 
 __all__ = ["SimRequest", "TimingModel", "FixedModel", "Clock", "COALESCE_NS"]
 
@@ -144,7 +144,7 @@ class FixedModel:
     Independent of load (infinite capacity). One ticker task keeps a heap of
     each request's next emission instant (arrival + ttft + k*itl, absolute, so
     jitter never accumulates into drift) and waits for the earliest with
-    ``timing.sleep_until``, so tokens go out within a fraction of a millisecond
+    ``clock.sleep_until``, so tokens go out within a fraction of a millisecond
     of their modelled time.
     """
 

@@ -30,14 +30,14 @@ import time
 from collections import deque
 from typing import Any
 
-from .engine_loop import EngineLoop
-from .model import Clock, SimRequest
-from .prefix_cache import PrefixCache
-from .profiles import GpuProfile, ModelProfile
-from .profiles import gpu as load_gpu
-from .profiles import model as load_model
-from .scheduler import _Seq
-from .step_cost import ACT_BYTES, CapacityError, Saturation
+from loadgen.sim.engine_loop import EngineLoop
+from loadgen.sim.model import Clock, SimRequest
+from loadgen.sim.prefix_cache import PrefixCache
+from loadgen.sim.profiles import GpuProfile, ModelProfile
+from loadgen.sim.profiles import gpu as load_gpu
+from loadgen.sim.profiles import model as load_model
+from loadgen.sim.scheduler import _Seq
+from loadgen.sim.step_cost import ACT_BYTES, CapacityError, Saturation
 
 __all__ = ["RooflineModel", "CapacityError", "Saturation", "offline_throughput", "ACT_BYTES"]
 

@@ -15,9 +15,9 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from .model import SimRequest
-from .prefix_cache import block_hashes
-from .step_cost import StepCost
+from loadgen.sim.model import SimRequest
+from loadgen.sim.prefix_cache import block_hashes
+from loadgen.sim.step_cost import StepCost
 
 __all__ = ["BatchScheduler"]
 

@@ -25,11 +25,11 @@ from typing import Any
 import orjson
 from aiohttp import HttpVersion11, web
 
-from ..tokenizer import BUILTIN, WORDS
-from .answer import SimConfig, _apply_stop, _Frames, _natural_length, _word_index
-from .faults import FaultPlan, plan_for
-from .model import FixedModel, SimRequest, TimingModel
-from .stream_writer import _CUT, _STALL, _Writer
+from loadgen.sim.answer import SimConfig, _apply_stop, _Frames, _natural_length, _word_index
+from loadgen.sim.faults import FaultPlan, plan_for
+from loadgen.sim.model import FixedModel, SimRequest, TimingModel
+from loadgen.sim.stream_writer import _CUT, _STALL, _Writer
+from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 __all__ = ["SimConfig", "SimServer"]
 

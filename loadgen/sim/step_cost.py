@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .prefix_cache import PrefixCache
-from .profiles import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, GpuProfile, ModelProfile
+from loadgen.sim.prefix_cache import PrefixCache
+from loadgen.sim.profiles import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, GpuProfile, ModelProfile
 
 __all__ = ["StepCost", "CapacityError", "Saturation", "ACT_BYTES"]
 

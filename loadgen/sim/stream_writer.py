@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from ..tokenizer import WORDS
-from .answer import SimConfig, _first_stop, _Frames, _word_index
-from .faults import FaultPlan
-from .model import COALESCE_NS, SimRequest
+from loadgen.sim.answer import SimConfig, _first_stop, _Frames, _word_index
+from loadgen.sim.faults import FaultPlan
+from loadgen.sim.model import COALESCE_NS, SimRequest
+from loadgen.workload.tokenizer import WORDS
 
 __all__: list[str] = []  # package-internal: the server (server.py) is the public face
 

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .. import aio
-from .server import SimServer
+from loadgen import clock
+from loadgen.sim.server import SimServer
 
 __all__ = ["serve_in_thread"]
 
@@ -21,7 +21,7 @@ __all__ = ["serve_in_thread"]
 @contextmanager
 def serve_in_thread(server: SimServer, host: str = "127.0.0.1", timeout_s: float = 10.0) -> Iterator[str]:
     """Start ``server`` on ``host`` in a daemon thread; yields its base URL; stops it on exit."""
-    loop = aio.new_loop()  # the loop `loadgen sim` runs on (uvloop where installed)
+    loop = clock.new_loop()  # the loop `loadgen sim` runs on (uvloop where installed)
     ready = threading.Event()
     failed: list[BaseException] = []
 

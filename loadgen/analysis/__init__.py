@@ -1,0 +1,1 @@
+"""Every figure, computed from the records alone: windows, statistics, metrics, Pareto, compare."""

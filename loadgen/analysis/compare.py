@@ -1,0 +1,251 @@
+"""Bake-off: the same traffic against several endpoints, compared with intervals.
+
+``compare_runs`` reads run folders (sweeps or single runs), checks that they
+sent the same traffic (workload, seed, API, ignore_eos, load points) and says
+so loudly when they did not, then compares: overlaid Pareto frontiers, capacity
+and goodput at the SLO, cost per million output tokens there, peak throughput,
+and latency at matched load (points with the same offered rate or concurrency).
+A winner is declared only where the intervals separate: the best run's interval
+lies entirely on the better side of every other run's; otherwise the verdict is
+"no clear winner", however different the point estimates look.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.analysis.metrics import SLO
+from loadgen.analysis.pareto import cost_per_million
+from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
+from loadgen.errors import ConfigError
+
+__all__ = ["Side", "Verdict", "Comparison", "compare_runs", "separated_winner", "traffic_mismatches"]
+
+_SAME_TRAFFIC = ("seed", "api", "ignore_eos")
+
+
+@dataclass
+class Side:
+    name: str
+    analysis: RunAnalysis
+
+
+@dataclass
+class Verdict:
+    """One compared quantity: each run's value and interval, and the winner if the intervals separate."""
+
+    metric: str
+    better: str  # "higher" | "lower"
+    values: dict[str, tuple[float, float, float]]  # run -> (estimate, lo, hi)
+    winner: str | None
+    detail: str
+    unit: str = ""
+    group: str = "headline"  # "headline" or "matched load"
+
+
+@dataclass
+class Comparison:
+    sides: list[Side]
+    mismatches: list[str]
+    verdicts: list[Verdict]
+    slo: SLO | None
+    target_pct: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.sides]
+
+
+def separated_winner(values: dict[str, tuple[float, float, float]], better: str) -> tuple[str | None, str]:
+    """(winner, why): the best estimate wins only if its interval clears every other interval."""
+    ok = {k: v for k, v in values.items() if all(isinstance(x, (int, float)) for x in v) and v[0] == v[0]}
+    if len(ok) < 2:
+        return None, "fewer than two runs have this figure"
+    sign = 1.0 if better == "higher" else -1.0
+    best = max(ok, key=lambda k: sign * ok[k][0])
+    b_est, b_lo, b_hi = ok[best]
+    for k, (_, lo, hi) in ok.items():
+        if k == best:
+            continue
+        clear = b_lo > hi if better == "higher" else b_hi < lo
+        if not clear:
+            return None, f"no clear winner: the intervals of {best} and {k} overlap"
+    return best, f"{best}: its interval clears every other run's"
+
+
+# --------------------------------------------------------------------------- traffic check
+
+
+def _workload_key(meta: dict[str, Any]) -> dict[str, Any]:
+    w = dict(meta.get("workload") or {})
+    w.pop("salt", None)  # per-point salts are derived, not chosen
+    return w
+
+
+def _points_key(a: RunAnalysis) -> list[str]:
+    return [p.short_label for p in a.points] if a.meta.get("sweep", {}).get("mode") != "auto" else ["auto"]
+
+
+def traffic_mismatches(sides: Sequence[Side]) -> list[str]:
+    """Differences in what was sent; each makes a head-to-head comparison unfair."""
+    out = []
+    ref = sides[0]
+    for other in sides[1:]:
+        a, b = ref.analysis.meta, other.analysis.meta
+        wa, wb = _workload_key(a), _workload_key(b)
+        if wa != wb:
+            keys = sorted(k for k in set(wa) | set(wb) if wa.get(k) != wb.get(k))
+            out.append(f"{ref.name} and {other.name} ran different workloads (differ in: {', '.join(keys)})")
+        sa, sb = a.get("settings", {}), b.get("settings", {})
+        for k in _SAME_TRAFFIC:
+            if sa.get(k) != sb.get(k):
+                out.append(f"{ref.name} and {other.name} differ in {k}: {sa.get(k)!r} vs {sb.get(k)!r}")
+        if sa.get("extra_body") != sb.get("extra_body"):
+            out.append(f"{ref.name} and {other.name} sent different --extra-body fields (check they are equivalent)")
+        pa_, pb = _points_key(ref.analysis), _points_key(other.analysis)
+        if pa_ != pb:
+            out.append(f"{ref.name} and {other.name} have different load points; only matching loads are compared "
+                       "point by point")
+        salt_a = (a.get("sweep") or {}).get("point_salt")
+        salt_b = (b.get("sweep") or {}).get("point_salt")
+        if salt_a != salt_b:
+            out.append(f"{ref.name} and {other.name} differ in per-point prompt salting ({salt_a} vs {salt_b})")
+    return out
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def _names(run_dirs: Sequence[Path], names: Sequence[str] | None) -> list[str]:
+    if names:
+        if len(names) != len(run_dirs):
+            raise ConfigError(f"--name given {len(names)} times for {len(run_dirs)} runs")
+        if len(set(names)) != len(names):
+            raise ConfigError("--name values must be distinct")
+        return list(names)
+    base = [Path(d).resolve().name for d in run_dirs]
+    return [n if base.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(base)]
+
+
+def compare_runs(run_dirs: Sequence[Path], *, names: Sequence[str] | None = None, slo: SLO | None = None,
+                 slo_name: str | None = None, target_pct: float | None = None) -> Comparison:
+    """Analyse every run under one SLO (given, else the first run's) and compare them."""
+    if len(run_dirs) < 2:
+        raise ConfigError("compare needs at least two run folders")
+    labels = _names(run_dirs, names)
+    first = analyze_run(Path(run_dirs[0]), slo=slo, slo_name=slo_name, target_pct=target_pct)
+    slo = first.slo
+    target = first.target_pct
+    sides = [Side(labels[0], first)]
+    for label, d in zip(labels[1:], run_dirs[1:], strict=True):
+        sides.append(Side(label, analyze_run(Path(d), slo=slo, slo_name=first.slo_name, target_pct=target)))
+    mismatches = traffic_mismatches(sides)
+    notes = []
+    own = {s.name: s.analysis.meta.get("sweep", {}).get("slo") for s in sides}
+    if len({str(v) for v in own.values()}) > 1:
+        notes.append(f"the runs recorded different SLOs; all are judged against {slo} ({target:g}%)" if slo else
+                     "the runs recorded different SLOs and none was given: SLO figures are not compared (use --slo)")
+    gpus = {s.name: s.analysis.gpus for s in sides}
+    if any(g is None for g in gpus.values()) and any(g is not None for g in gpus.values()):
+        mismatches.append("only some runs give --gpus: per-GPU figures are not comparable; "
+                          "aggregate figures are compared instead")
+    verdicts = _headline(sides, slo, target) + _matched(sides)
+    return Comparison(sides, mismatches, verdicts, slo, target, notes)
+
+
+def _per_gpu_ok(sides: Sequence[Side]) -> bool:
+    return all(s.analysis.gpus is not None for s in sides)
+
+
+def _headline(sides: Sequence[Side], slo: SLO | None, target: float) -> list[Verdict]:
+    out = []
+    per_gpu = _per_gpu_ok(sides)
+    unit = "output tok/s per GPU" if per_gpu else "output tok/s"
+
+    def tps(p: PointFigures) -> tuple[float, float, float]:
+        lo, hi = p.output_tps_ci
+        g = (p.gpus or 1.0) if per_gpu else 1.0
+        return (p.summary.output_tps / g, lo / g, hi / g)
+
+    peak = {}
+    for s in sides:
+        if s.analysis.points:
+            est, lo, hi = tps(max(s.analysis.points, key=lambda p: _nan_low(p.summary.output_tps)))
+            # A run that never saturated may go higher: its peak is only a lower bound.
+            peak[s.name] = (est, lo, hi if s.analysis.saturation else math.inf)
+    v = _verdict("peak throughput", "higher", peak, unit)
+    if any(not s.analysis.saturation for s in sides):
+        v.detail += "; runs that did not saturate count as 'could be higher' (upper bound ∞)"
+    out.append(v)
+    if slo is None:
+        return out
+    cap = {}
+    for s in sides:
+        c = s.analysis.capacity
+        if c is not None and c.rate is not None:
+            cap[s.name] = (c.rate, c.lower, c.upper)
+    v = _verdict(f"capacity at SLO ({target:g}% attainment)", "higher", cap, "req/s")
+    v.detail += " (interval: highest rate confirmed to meet the SLO .. lowest confirmed to miss it)"
+    out.append(v)
+    good = {}
+    for s in sides:
+        best = max(s.analysis.points, key=lambda p: _nan_low(p.summary.goodput_rps), default=None)
+        if best is not None and best.goodput_ci is not None and best.summary.goodput_rps is not None:
+            good[s.name] = (best.summary.goodput_rps, *best.goodput_ci)
+    out.append(_verdict("best goodput at SLO", "higher", good, "req/s"))
+    out += _cost_at_capacity(sides, per_gpu)
+    return out
+
+
+def _cost_at_capacity(sides: Sequence[Side], per_gpu: bool) -> list[Verdict]:
+    """$/M output tokens at each run's capacity point, with each run's own (first) price and GPUs."""
+    cost: dict[str, tuple[float, float, float]] = {}
+    for s in sides:
+        a = s.analysis
+        at = a.point_at(a.capacity.rate) if a.capacity is not None else None
+        if at is None or not a.prices:
+            continue
+        price = next(iter(a.prices.values()))
+        g = a.gpus or 1.0
+        lo, hi = at.output_tps_ci
+        cost[s.name] = (cost_per_million(at.summary.output_tps, price, g), cost_per_million(hi, price, g),
+                        cost_per_million(lo, price, g))
+    if len(cost) < 2:
+        return []
+    return [_verdict("$/M output tokens at capacity", "lower", cost, "$")]
+
+
+def _nan_low(v: float | None) -> float:
+    return -math.inf if v is None or v != v else v
+
+
+def _verdict(metric: str, better: str, values: dict[str, tuple[float, float, float]], unit: str,
+             group: str = "headline") -> Verdict:
+    winner, why = separated_winner(values, better)
+    return Verdict(metric, better, values, winner, why, unit, group)
+
+
+def _matched(sides: Sequence[Side]) -> list[Verdict]:
+    """Latency and throughput at each load that every run measured (same rate or concurrency, within 1%)."""
+    loads = [p.load for p in sides[0].analysis.points]
+    out = []
+    for load in sorted(set(loads)):
+        per: dict[str, PointFigures] = {}
+        for s in sides:
+            match = [p for p in s.analysis.points if abs(p.load - load) <= 0.01 * max(load, 1e-9)]
+            if match:
+                per[s.name] = match[0]
+        if len(per) < len(sides):
+            continue
+        label = next(iter(per.values())).short_label
+        for metric, attr, pct in (("TTFT p99", "ttft", 99), ("TPOT p50", "tpot", 50), ("E2E p99", "e2e", 99)):
+            vals = {n: getattr(p.summary, attr).pct(pct) for n, p in per.items() if getattr(p.summary, attr).n}
+            out.append(_verdict(f"{metric} at {label}", "lower", vals, "ms", "matched load"))
+        vals = {n: (p.summary.output_tps, *p.output_tps_ci) for n, p in per.items()}
+        out.append(_verdict(f"output tok/s at {label}", "higher", vals, "tok/s", "matched load"))
+    return out

@@ -1,0 +1,388 @@
+"""Every figure of a report, computed from the records (DESIGN.md, "the contract").
+
+The engine only times and records; this module is the one place where records
+become numbers, so a report can always be re-rendered from a run folder. Inputs
+are Arrow tables with ``records.SCHEMA`` (one run, or one load point of a sweep).
+Columns are converted to numpy once and everything is vectorised, including the
+per-chunk list columns, so a million-request run summarises in seconds.
+
+The measurement window (``Window``, ``choose_window``, ``MetricsError``) is
+chosen in ``window`` and importable from here.
+
+Conventions: latencies are in milliseconds; only ``ok`` requests enter latency
+distributions (failed, cancelled and partial requests are counted, never mixed
+in); open-loop latency is measured from the intended send time ``t_sched``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from loadgen.analysis.columns import Cols, itl_icl, ms
+from loadgen.analysis.stats import Dist, describe, json_number, min_samples_bounded
+from loadgen.analysis.window import MetricsError, Window, choose_window
+from loadgen.records import STATUSES
+
+__all__ = [
+    "MetricsError",
+    "Window",
+    "SLO",
+    "Summary",
+    "choose_window",
+    "summarize",
+    "validity_warnings",
+    "summary_to_json",
+    "latency_samples",
+]
+
+_EXAMPLES = 5
+_ERROR_CHARS = 160
+_EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
+
+
+def latency_samples(table: pa.Table, window: Window) -> dict[str, np.ndarray]:
+    """Sorted TTFT (per request) and ITL (per token) samples in ms of the ok requests scheduled
+    in ``window``: exactly what ``summarize`` folds into its percentiles (for CDF charts)."""
+    c = Cols.of(table)
+    rows = window.contains(c.t_sched) & c.ok
+    first, has_first = c.t["t_first"]
+    sel = rows & has_first & (c.out >= 1)
+    itl, _ = itl_icl(c, rows)
+    return {"ttft": np.sort(ms(first[sel], c.t_sched[sel])), "itl": np.sort(itl)}
+
+
+# --------------------------------------------------------------------------- SLO
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Per-request latency bounds in ms; a bound left as None is not checked."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise MetricsError(f"SLO {f.name} must be a finite number > 0, got {v!r}")
+
+    def met(self, ttft_ms: np.ndarray, tpot_ms: np.ndarray, e2e_ms: np.ndarray) -> np.ndarray:
+        """Per request: every given bound met. NaN TTFT or E2E (no first token, not
+        finished) is a miss; NaN TPOT (fewer than 2 tokens) leaves that bound moot."""
+        ok = np.ones(np.shape(ttft_ms), dtype=bool)
+        if self.ttft_ms is not None:
+            ok &= np.asarray(ttft_ms) <= self.ttft_ms
+        if self.tpot_ms is not None:
+            tpot = np.asarray(tpot_ms)
+            ok &= np.isnan(tpot) | (tpot <= self.tpot_ms)
+        if self.e2e_ms is not None:
+            ok &= np.asarray(e2e_ms) <= self.e2e_ms
+        return ok
+
+    def __str__(self) -> str:
+        parts = [
+            f"{n} <= {v:g} ms"
+            for n, v in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))
+            if v is not None
+        ]
+        return ", ".join(parts) or "no bounds"
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Every figure of one run or load point. Latencies in ms, rates per second.
+
+    Counts are of requests scheduled in the window unless the name says otherwise.
+    Latency Dists hold ok requests only; ``schedule_lag`` holds every request that
+    was sent (it describes the client). ``ttft_sent`` is TTFT from the actual send,
+    the uncorrected view kept beside the open-loop one. ``goodput_rps``,
+    ``slo_met`` and ``slo_attainment_pct`` are None without an SLO.
+    """
+
+    window: Window
+    slo: SLO | None
+    records: int  # rows in the table
+    requests: int  # scheduled in the window
+    before_window: int
+    after_window: int
+    by_status: dict[str, int]
+    ok: int
+    failed: int  # neither ok nor cancelled
+    cancelled: int
+    window_s: float
+    schedule_lag: Dist
+    ttft: Dist
+    ttft_sent: Dist
+    e2e: Dist
+    tpot: Dist
+    itl: Dist
+    icl: Dist
+    per_user_tps: Dist  # 1000 / TPOT per request (TPOT 0, one burst, left out)
+    output_tokens_in_window: int  # from every request's chunks arriving in the window
+    output_tokens_in_window_ok: int
+    output_tps: float
+    output_tps_ok: float
+    prompt_tokens_in_window: int  # reported, else requested for ok requests
+    total_tps: float  # (output tokens arrived + prompt tokens) / window
+    offered_rps: float  # scheduled in the window
+    sent_rps: float  # t_sent in the window
+    completed_rps: float  # ok with t_done in the window
+    goodput_rps: float | None  # ok, t_done in the window, every SLO bound met
+    slo_met: int | None
+    slo_attainment_pct: float | None  # met / scheduled in window; failures miss
+    success_pct: float
+    prompt_compared: int  # requests with both requested and reported prompt tokens
+    prompt_requested_mean: float
+    prompt_reported_mean: float
+    prompt_gap_mean: float  # reported - requested, tokens
+    prompt_gap_pct: float
+    output_requested_mean: float  # ok requests with a max_tokens
+    output_counted_mean: float  # ok requests
+    output_short: int  # ok requests that ended before the requested count
+    finish_reasons: dict[str, int]
+    token_sources: dict[str, int]
+    token_mismatch: int  # reported usage != sum of chunk tokens
+    single_burst: int  # ok, >= 2 tokens, all in one chunk (no real streaming)
+    errors_by_status: dict[str, int]
+    errors_by_http: dict[str, int]
+    error_examples: list[str]
+
+
+def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = None) -> Summary:
+    """Fold the records into a Summary; the window defaults to the whole schedule span."""
+    c = Cols.of(table)
+    w = window if window is not None else choose_window(table)
+    length = w.length_s
+    inwin = w.contains(c.t_sched)
+    okw = inwin & c.ok
+    (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
+        c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
+    )
+    # Per-request latencies of every ok request (goodput also counts requests
+    # scheduled before the window that finish inside it); Dists take the window's.
+    nan = np.full(c.n, np.nan)
+    a_ttft = c.ok & has_first & (c.out >= 1)
+    a_e2e = c.ok & has_done
+    a_tpot = c.ok & has_first & has_last & (c.out >= 2)
+    ttft, e2e, tpot = nan.copy(), nan.copy(), nan.copy()
+    ttft[a_ttft] = ms(first[a_ttft], c.t_sched[a_ttft])
+    e2e[a_e2e] = ms(done[a_e2e], c.t_sched[a_e2e])
+    tpot[a_tpot] = ms(last[a_tpot], first[a_tpot]) / (c.out[a_tpot] - 1)
+    m_ttft, m_e2e, m_tpot = a_ttft & inwin, a_e2e & inwin, a_tpot & inwin
+    m_lag = inwin & has_sent
+    m_ts = m_ttft & has_sent
+    itl, icl = itl_icl(c, okw)
+    tp = tpot[m_tpot]
+
+    chunk_in = w.contains(c.c_ns)
+    out_all = int(c.c_tok[chunk_in].sum())
+    out_ok = int(c.c_tok[chunk_in & c.ok[c.c_owner]].sum())
+    prompt_in = _prompt_tokens(c, inwin)
+
+    goodput = met_n = attain = None
+    if slo is not None:
+        met = c.ok & slo.met(ttft, tpot, e2e)
+        goodput = _rate(int((met & has_done & w.contains(done)).sum()), length)
+        met_n = int((met & inwin).sum())
+        attain = _pct(met_n, int(inwin.sum()))
+
+    counts = _status_counts(c.status[inwin])
+    n_in = int(inwin.sum())
+    return Summary(
+        window=w,
+        slo=slo,
+        records=c.n,
+        requests=n_in,
+        before_window=int((c.t_sched < w.start_ns).sum()),
+        after_window=int((c.t_sched >= w.end_ns).sum()),
+        by_status=counts,
+        ok=counts.get("ok", 0),
+        failed=n_in - counts.get("ok", 0) - counts.get("cancelled", 0),
+        cancelled=counts.get("cancelled", 0),
+        window_s=length,
+        schedule_lag=describe(ms(sent[m_lag], c.t_sched[m_lag])),
+        ttft=describe(ttft[m_ttft]),
+        ttft_sent=describe(ms(first[m_ts], sent[m_ts])),
+        e2e=describe(e2e[m_e2e]),
+        tpot=describe(tp),
+        itl=describe(itl),
+        icl=describe(icl),
+        per_user_tps=describe(1000.0 / tp[tp > 0]),
+        output_tokens_in_window=out_all,
+        output_tokens_in_window_ok=out_ok,
+        output_tps=_rate(out_all, length),
+        output_tps_ok=_rate(out_ok, length),
+        prompt_tokens_in_window=prompt_in,
+        total_tps=_rate(out_all + prompt_in, length),
+        offered_rps=_rate(n_in, length),
+        sent_rps=_rate(int((has_sent & w.contains(sent)).sum()), length),
+        completed_rps=_rate(int((c.ok & has_done & w.contains(done)).sum()), length),
+        goodput_rps=goodput,
+        slo_met=met_n,
+        slo_attainment_pct=attain,
+        success_pct=_pct(counts.get("ok", 0), n_in),
+        **_token_fields(c, inwin, okw),
+        **_error_fields(c, inwin),
+    )
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else math.nan
+
+
+def _pct(part: int, whole: int) -> float:
+    return 100.0 * part / whole if whole else math.nan
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(np.mean(x)) if x.size else math.nan
+
+
+def _prompt_tokens(c: Cols, rows: np.ndarray) -> int:
+    """Prompt tokens processed: the endpoint's reported count where given (it says it
+    read them, whatever the outcome), else the requested count for ok requests."""
+    req, has_req = c.ints["prompt_tokens_requested"]
+    rep, has_rep = c.ints["prompt_tokens_reported"]
+    use_rep = rows & has_rep
+    use_req = rows & ~has_rep & has_req & c.ok
+    return int(rep[use_rep].sum() + req[use_req].sum())
+
+
+def _token_fields(c: Cols, inwin: np.ndarray, okw: np.ndarray) -> dict[str, Any]:
+    req, has_req = c.ints["prompt_tokens_requested"]
+    rep, has_rep = c.ints["prompt_tokens_reported"]
+    both = inwin & has_req & has_rep
+    req_sum = int(req[both].sum())
+    oreq, has_oreq = c.ints["output_tokens_requested"]
+    orep, has_orep = c.ints["output_tokens_reported"]
+    chunk_sum = np.bincount(c.c_owner, weights=c.c_tok, minlength=c.n).astype(np.int64)
+    asked = okw & has_oreq
+    return dict(
+        prompt_compared=int(both.sum()),
+        prompt_requested_mean=_mean(req[both]),
+        prompt_reported_mean=_mean(rep[both]),
+        prompt_gap_mean=_mean(rep[both] - req[both]),
+        prompt_gap_pct=_pct(int(rep[both].sum()) - req_sum, req_sum),
+        output_requested_mean=_mean(oreq[asked]),
+        output_counted_mean=_mean(c.out[okw]),
+        output_short=int((asked & (c.out < oreq)).sum()),
+        finish_reasons=_counts(c.finish[okw], none="none"),
+        token_sources=_counts(c.source[inwin], none="none"),
+        token_mismatch=int((inwin & has_orep & (orep != chunk_sum)).sum()),
+        single_burst=int((okw & (c.out >= 2) & (c.c_len == 1)).sum()),
+    )
+
+
+def _error_fields(c: Cols, inwin: np.ndarray) -> dict[str, Any]:
+    bad = inwin & ~c.ok
+    http, has_http = c.ints["http_status"]
+    http_keys = np.where(has_http[bad], http[bad].astype(str), "none")
+    examples: list[str] = []
+    seen: set[tuple[Any, ...]] = set()
+    for i in np.flatnonzero(bad)[:_EXAMPLE_SCAN]:  # counts above are complete
+        key = (c.status[i], int(http[i]) if has_http[i] else None, c.error[i])
+        if key in seen:
+            continue
+        seen.add(key)
+        code = f" {key[1]}" if key[1] is not None else ""
+        text = (key[2] or "")[:_ERROR_CHARS]
+        examples.append(f"{key[0]}{code}: {text}" if text else f"{key[0]}{code}")
+        if len(examples) >= _EXAMPLES:
+            break
+    return dict(
+        errors_by_status=_counts(c.status[bad], none="none"),
+        errors_by_http=_counts(http_keys, none="none"),
+        error_examples=examples,
+    )
+
+
+def _counts(values: np.ndarray, none: str) -> dict[str, int]:
+    return dict(sorted(Counter(none if v is None else str(v) for v in values).items()))
+
+
+def _status_counts(status: np.ndarray) -> dict[str, int]:
+    found = _counts(status, none="none")
+    out = {s: found.pop(s, 0) for s in STATUSES}
+    out.update(found)  # unknown statuses are kept, not dropped
+    return out
+
+
+# --------------------------------------------------------------------------- validity
+
+
+def validity_warnings(
+    summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100
+) -> list[str]:
+    """Reasons a reader should distrust or qualify this result, in plain words."""
+    s, out = summary, []
+    lag99 = s.schedule_lag.pct(99)[0]
+    if lag99 > lag_p99_limit_ms:
+        out.append(
+            f"schedule lag p99 is {lag99:.1f} ms (limit {lag_p99_limit_ms:g} ms): "
+            "the client fell behind its schedule; result suspect"
+        )
+    if s.ok == 0 and s.requests:
+        out.append(f"no request succeeded out of {s.requests} in the window")
+    for name, d in (("TTFT", s.ttft), ("TPOT", s.tpot), ("E2E", s.e2e)):
+        need = max(min_samples, min_samples_bounded(99, d.confidence))
+        if 0 < d.n < need:
+            out.append(
+                f"only {d.n} {name} samples: a p99 with a bounded "
+                f"{d.confidence:.0%} interval needs at least {need}"
+            )
+    if s.token_mismatch:
+        out.append(
+            f"{s.token_mismatch} requests: reported output tokens differ from the streamed count"
+        )
+    if s.prompt_compared and abs(s.prompt_gap_pct) > 10:
+        out.append(
+            f"prompt tokens reported differ from requested by {s.prompt_gap_pct:+.1f} % "
+            "(tokenizer mismatch? prompts are not the size intended)"
+        )
+    if s.output_short:
+        out.append(
+            f"{s.output_short} of {s.ok} ok requests ended before max_tokens "
+            "(is ignore_eos honoured?); shorter outputs flatter latency"
+        )
+    if s.single_burst:
+        out.append(f"{s.single_burst} responses arrived in one chunk (buffered, not streamed?)")
+    if s.failed:
+        detail = ", ".join(f"{k} {v}" for k, v in s.errors_by_status.items() if k != "cancelled")
+        out.append(f"{s.failed} of {s.requests} requests failed ({detail})")
+    if s.cancelled:
+        out.append(f"{s.cancelled} requests were cancelled (still in flight at stop)")
+    return out
+
+
+def summary_to_json(summary: Summary) -> dict[str, Any]:
+    """A JSON-safe dict (NaN -> null, inf -> "inf")."""
+    return {f.name: _jsonable(getattr(summary, f.name)) for f in fields(summary)}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Dist):
+        return v.to_json()
+    if isinstance(v, (Window, SLO)):
+        return {f.name: _jsonable(getattr(v, f.name)) for f in fields(v)}
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (bool, str)) or v is None:
+        return v
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return json_number(v)
+    return str(v)
+
+

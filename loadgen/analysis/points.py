@@ -1,0 +1,276 @@
+"""A run folder as load points: per-point figures, the Pareto frontier, capacity at SLO.
+
+``analyze_run`` is the one path from a run folder (a sweep, or a single run as a
+one-point sweep) to the figures that the terminal, report.html, summary.json and
+``loadgen compare`` show, so every view of a run agrees and any of them can be
+re-rendered later from the records.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy import stats as _sps
+
+from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo
+from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
+from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
+from loadgen.analysis.run_summary import client_warnings, simulator_warnings
+from loadgen.analysis.window import MetricsError, Window, choose_window
+from loadgen.records import read_records, read_run_meta
+from loadgen.sweep.search import AutoSearch, observe, saturation_reason
+
+__all__ = ["PointFigures", "RunAnalysis", "analyze_run", "rate_ci", "slo_from_json",
+           "slo_to_json", "compact_warnings", "point_window"]
+
+_BATCHES = 8  # batch means for the throughput interval
+_FEW = re.compile(r"^only (\d+) (\S+) samples: a p99 with a bounded (\S+) interval needs at least (\d+)$")
+
+
+@dataclass
+class PointFigures:
+    """Every figure of one load point, with its interval where one is meaningful."""
+
+    index: int
+    label: str  # the arrival, as written
+    phase: str
+    rate: float | None  # target offered rate (open loop)
+    concurrency: int | None  # closed loop
+    summary: Summary
+    output_tps_ci: tuple[float, float]
+    gpus: float | None
+    attainment_ci: tuple[float, float] | None  # two-sided, fraction
+    goodput_ci: tuple[float, float] | None
+    costs: dict[str, float]  # $ / M output tokens per price label
+    warnings: list[str] = field(default_factory=list)
+    on_frontier: bool = False
+
+    @property
+    def x(self) -> float:
+        """Median per-user speed (tok/s, from 1/TPOT per request): the Pareto x axis."""
+        d = self.summary.per_user_tps
+        return d.pct(50)[0] if d.n else math.nan
+
+    @property
+    def per_user_p90(self) -> float:
+        d = self.summary.per_user_tps
+        return d.pct(90)[0] if d.n else math.nan
+
+    @property
+    def y(self) -> float:
+        """Output tok/s, per GPU when a GPU count was given: the Pareto y axis."""
+        return per_gpu(self.summary.output_tps, self.gpus)
+
+    @property
+    def y_ci(self) -> tuple[float, float]:
+        return (per_gpu(self.output_tps_ci[0], self.gpus), per_gpu(self.output_tps_ci[1], self.gpus))
+
+    @property
+    def short_label(self) -> str:
+        """The load alone ("8 req/s", "16 users"); the arrival kind is the same for the whole sweep."""
+        if self.rate is not None:
+            return f"{self.rate:g} req/s"
+        if self.concurrency is not None:
+            return f"{self.concurrency} users"
+        return self.label
+
+    @property
+    def load(self) -> float:
+        """The load axis: target rate, else concurrency, else the measured offered rate."""
+        if self.rate is not None:
+            return self.rate
+        if self.concurrency is not None:
+            return float(self.concurrency)
+        return self.summary.offered_rps
+
+
+@dataclass
+class RunAnalysis:
+    run_dir: Path
+    meta: dict[str, Any]
+    points: list[PointFigures]
+    frontier: list[int]  # positions in ``points``
+    slo: SLO | None
+    slo_name: str
+    target_pct: float
+    gpus: float | None
+    prices: dict[str, float]
+    capacity: Capacity | None
+    saturation: str | None
+    warnings: list[str]
+    table: pa.Table
+    point_salt: bool | None
+    search_end: str | None = None
+
+    @property
+    def is_sweep(self) -> bool:
+        return "points" in self.meta
+
+    @property
+    def load_unit(self) -> str:
+        closed = all(p.concurrency is not None for p in self.points) and self.points
+        return "concurrency" if closed else "offered req/s"
+
+    def point_at(self, capacity_rate: float | None) -> PointFigures | None:
+        return next((p for p in self.points if p.rate == capacity_rate), None) if capacity_rate else None
+
+
+def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> dict[str, Any] | None:
+    if slo is None:
+        return None
+    return {"name": name, "ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms,
+            "target_pct": target_pct}
+
+
+def slo_from_json(d: dict[str, Any] | None) -> tuple[SLO | None, str, float]:
+    if not d:
+        return None, "", 99.0
+    return (SLO(d.get("ttft_ms"), d.get("tpot_ms"), d.get("e2e_ms")), str(d.get("name") or ""),
+            float(d.get("target_pct") or 99.0))
+
+
+def rate_ci(count: int, seconds: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Garwood) Poisson interval of a rate from a count in a window."""
+    if not seconds > 0:
+        return (math.nan, math.nan)
+    a = 1 - confidence
+    lo = float(_sps.chi2.ppf(a / 2, 2 * count)) / 2 if count > 0 else 0.0
+    hi = float(_sps.chi2.ppf(1 - a / 2, 2 * count + 2)) / 2
+    return (lo / seconds, hi / seconds)
+
+
+def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tuple[float, float]:
+    """Output tok/s interval by batch means: the window cut into 8 batches, Student t over them.
+
+    Token arrivals are autocorrelated (a batch of sequences decodes together), so a
+    per-token or per-second interval would be too narrow; 8 long batches are nearly
+    independent once each is longer than a request's lifetime.
+    """
+    if table.num_rows == 0 or w.length_s <= 0:
+        return (math.nan, math.nan)
+    ns = np.asarray(pc.list_flatten(table.column("chunk_ns")).to_numpy(zero_copy_only=False), dtype=np.int64)
+    tok = np.asarray(pc.list_flatten(table.column("chunk_tokens")).to_numpy(zero_copy_only=False), dtype=np.float64)
+    if ns.size != tok.size:
+        tok = np.ones(ns.size)
+    inwin = (ns >= w.start_ns) & (ns < w.end_ns)
+    edges = np.linspace(w.start_ns, w.end_ns, _BATCHES + 1)
+    per = np.histogram(ns[inwin], bins=edges, weights=tok[inwin])[0] / (w.length_s / _BATCHES)
+    m, sd = float(per.mean()), float(per.std(ddof=1))
+    half = float(_sps.t.ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)
+    return (max(0.0, m - half), m + half)
+
+
+def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0,
+                 verb: str = "measured") -> tuple[Window, str | None]:
+    """The point's measurement window; when warm-up leaves none (too few requests), the whole
+    span, with a warning that says so (``verb``: what was done with it; the gate "judged" it),
+    rather than no figures at all. The reports, the sweep and the gate all choose windows here."""
+    try:
+        return choose_window(table, warmup_s=warmup_s, cooldown_s=cooldown_s), None
+    except MetricsError as e:
+        return choose_window(table), f"{e}; {verb} the whole point, warm-up included"
+
+
+def _point_meta(meta: dict[str, Any], table: pa.Table) -> list[dict[str, Any]]:
+    if "points" in meta:
+        return list(meta["points"])
+    s = meta.get("settings", {})
+    arr = s.get("arrival", {})
+    return [{"index": 0, "arrival": arr, "phase": "run", "warmup_s": s.get("warmup_s", 0.0),
+             "cooldown_s": s.get("cooldown_s", 0.0), "client": meta.get("client", {})}]
+
+
+def analyze_run(
+    run_dir: Path,
+    *,
+    slo: SLO | None = None,
+    slo_name: str | None = None,
+    target_pct: float | None = None,
+    gpus: float | None = None,
+    prices: dict[str, float] | None = None,
+    lag_limit_ms: float | None = None,
+    table: pa.Table | None = None,
+) -> RunAnalysis:
+    """Every point's figures from the records; options default to what run.json recorded."""
+    run_dir = Path(run_dir)
+    meta = read_run_meta(run_dir)
+    sw = meta.get("sweep") or {}
+    saved_slo, saved_name, saved_target = slo_from_json(sw.get("slo") or meta.get("slo"))
+    slo = slo if slo is not None else saved_slo
+    slo_name = slo_name if slo_name is not None else saved_name
+    target = target_pct if target_pct is not None else saved_target
+    gpus = gpus if gpus is not None else sw.get("gpus")
+    prices = prices if prices is not None else dict(sw.get("prices") or {})
+    limit = lag_limit_ms if lag_limit_ms is not None else meta.get("settings", {}).get("lag_limit_ms", 10.0)
+    table = table if table is not None else read_records(run_dir)
+    points = []
+    for pm in _point_meta(meta, table):
+        k = int(pm["index"])
+        sub = table.filter(pc.equal(table.column("point"), k)) if "points" in meta else table
+        points.append(_figures(k, pm, sub, slo, gpus, prices, limit))
+    front = frontier([p.x for p in points], [p.y for p in points])
+    for i in front:
+        points[i].on_frontier = True
+    capacity = None
+    open_pts = [p for p in points if p.rate is not None]
+    if slo is not None and open_pts:
+        capacity = capacity_at_slo([(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts
+                                    if p.rate is not None], target)
+    warnings = client_warnings(meta) + simulator_warnings(meta)
+    if sw and not sw.get("point_salt", True):
+        warnings.append("per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
+                        "from one load point into the next, which flatters later points")
+    return RunAnalysis(run_dir, meta, points, front, slo, slo_name, target, gpus, prices, capacity,
+                       _saturation(open_pts), warnings, table, sw.get("point_salt") if sw else None,
+                       sw.get("search_end"))
+
+
+def _figures(k: int, pm: dict[str, Any], table: pa.Table, slo: SLO | None, gpus: float | None,
+             prices: dict[str, float], lag_limit_ms: float) -> PointFigures:
+    arr = pm.get("arrival", {})
+    window, problem = point_window(table, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))
+    s = summarize(table, window, slo)
+    att = gp = None
+    if slo is not None and s.slo_met is not None:
+        att = attainment_interval(s.slo_met, s.requests, 0.975)  # two one-sided 97.5% = a 95% interval
+        good = round((s.goodput_rps or 0.0) * s.window_s) if s.window_s > 0 else 0
+        gp = rate_ci(good, s.window_s)
+    costs = {name: cost_per_million(s.output_tps, price, gpus or 1.0) for name, price in prices.items()}
+    warns = validity_warnings(s, lag_p99_limit_ms=lag_limit_ms) if s.requests else ["no requests in the window"]
+    warns = compact_warnings(warns) + ([problem] if problem else [])
+    return PointFigures(
+        index=k, label=str(arr.get("label", "")), phase=str(pm.get("phase", "")),
+        rate=arr.get("rate") if arr.get("kind") != "closed" else None,
+        concurrency=arr.get("concurrency") if arr.get("kind") == "closed" else None,
+        summary=s, output_tps_ci=_throughput_ci(table, s.window), gpus=gpus, attainment_ci=att,
+        goodput_ci=gp, costs=costs, warnings=warns,
+    )
+
+
+def compact_warnings(warnings: list[str]) -> list[str]:
+    """Fold the per-metric "only N samples" lines of one point into one line; others pass unchanged."""
+    few = [m for w in warnings if (m := _FEW.match(w))]
+    if len(few) < 2:
+        return list(warnings)
+    rest = [w for w in warnings if not _FEW.match(w)]
+    counts = ", ".join(f"{m.group(1)} {m.group(2)}" for m in few)
+    need = max(int(m.group(4)) for m in few)
+    return [f"only {counts} samples: a p99 with a bounded {few[0].group(3)} interval needs at least {need}", *rest]
+
+
+def _saturation(points: list[PointFigures]) -> str | None:
+    """The first point, by rising rate, where throughput stopped following the load."""
+    cfg = AutoSearch()
+    obs = [observe(p.summary, p.rate) for p in sorted(points, key=lambda p: p.load) if p.rate is not None]
+    for i, o in enumerate(obs):
+        reason = saturation_reason(obs[i - 1] if i else None, o, cfg)
+        if reason:
+            return reason
+    return None

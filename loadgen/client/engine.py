@@ -1,0 +1,431 @@
+"""The engine: sends each request at its intended time, times every chunk, records.
+
+It computes no statistics. Open loop: a session starts at its scheduled offset
+whether or not earlier ones finished; closed loop (a fixed number of users,
+each sending when its previous request ended) is a separate, labelled mode.
+Every request yields exactly one ``Record``, whatever happens to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import numpy as np
+from yarl import URL
+
+from loadgen import clock
+from loadgen.client._aiohttp import SEQ_HEADER, HeldWrite, StampingHandler, arrived, read_body, stamping_request_class
+from loadgen.client.config import EngineConfig, LiveCounters, Plan, Timeouts, redact
+from loadgen.client.protocol.chunk_errors import StreamError
+from loadgen.client.protocol.sse import BadStream
+from loadgen.client.protocol.tally import StreamTally
+from loadgen.clock import SPIN_NS, sleep_until
+from loadgen.records import Record, RecordWriter
+from loadgen.workload.session import Conversation, Session, Turn, build_body
+
+__all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
+
+Clock = Callable[[], int]
+_LOOKAHEAD = 256  # sessions built ahead of their send time
+_BUILD_MARGIN_NS = 3_000_000  # stop building when the next send is this close
+# A request is started this long before its instant and its bytes held until then: the
+# client's own work before the write (~0.3-1 ms on a small machine) is not schedule lag.
+# Longer than a burst of reads (a decode step's tokens for every stream arrive at once,
+# and hundreds of streams take several ms to read), so a request is ready before its
+# instant even when a burst delayed its preparation; it is then sent from inside the burst.
+_LEAD_NS = 25_000_000
+_NEVER = 1 << 62
+
+
+class _Inflight:
+    __slots__ = ("task", "rec", "tally", "deadline_first", "deadline_total", "why", "reused")
+
+    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, tally: StreamTally, now: int,
+                 t: Timeouts) -> None:
+        self.task = task
+        self.rec = rec
+        self.tally = tally  # its ``t_read``: when the body's last read came (0: none yet)
+        self.reused = False
+        self.deadline_first = now + int(t.first_byte * 1e9)
+        self.deadline_total = now + int(t.total * 1e9)
+        self.why: str | None = None
+
+
+_STALE_RETRIES = 64  # each failed try drops one dead pooled connection; a fresh one ends it
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        writer: RecordWriter,
+        *,
+        api_key: str | None = None,
+        clock: Clock = time.perf_counter_ns,
+    ) -> None:
+        self.cfg = config
+        self.writer = writer
+        self.clock = clock
+        self.live = LiveCounters()
+        self._secrets = (api_key,) if api_key else ()
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        self._url = URL(config.url + config.path)  # parsed once, not per request
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._stop = asyncio.Event()
+        self._inflight: dict[int, _Inflight] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._seq = 0
+        self._slots: asyncio.Semaphore | None = None
+        # Requests held for their instant, as a heap (sent from inside a burst of reads too),
+        # and the earliest instant among them, which reads and the session builder watch.
+        self._due: list[tuple[int, int, HeldWrite]] = []
+        self._next_due = [_NEVER]
+
+    # -- public ----------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop sending new requests (Ctrl-C); requests in flight get the grace."""
+        self._stop.set()
+
+    async def run(self, plan: Plan, start_ns: int, grace_s: float = 30.0) -> None:
+        """Send the plan from ``start_ns`` (a shared perf_counter_ns instant)."""
+        limit = plan.concurrency or self.cfg.max_inflight
+        self._slots = asyncio.Semaphore(self.cfg.max_inflight)
+        connector = aiohttp.TCPConnector(
+            limit=limit,
+            limit_per_host=0,
+            force_close=False,
+            enable_cleanup_closed=False,
+            ttl_dns_cache=None,
+        )
+        if hasattr(connector, "_factory"):  # aiohttp's protocol factory: one that stamps each answer's arrival
+            connector._factory = functools.partial(
+                StampingHandler, loop=asyncio.get_running_loop(), clock=self.clock, due=(self._next_due, self._send_due)
+            )
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=self.cfg.timeouts.connect, sock_read=None
+        )
+        async with aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),  # independent users: no cookie carried from one to another
+            read_bufsize=self.cfg.read_bufsize,
+            request_class=stamping_request_class(self._on_send, self._early, self._hold, self._on_written),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        ) as http:
+            self._http = http
+            keeper = asyncio.get_running_loop().create_task(self._housekeeping())
+            try:
+                with clock.quiet_gc():
+                    if plan.concurrency:
+                        await self._closed_loop(plan, start_ns)
+                    else:
+                        await self._open_loop(plan, start_ns)
+                    await self._drain(grace_s)
+            finally:
+                keeper.cancel()
+                self.writer.flush()
+
+    # -- dispatch -----------------------------------------------------------------
+    async def _open_loop(self, plan: Plan, start_ns: int) -> None:
+        """Send each session at its instant. Sessions are built ahead, in the idle time
+        before the next send is due (up to ``_LOOKAHEAD`` of them), so building a long
+        prompt never delays a send that is already due. Each request is started
+        ``_LEAD_NS`` early and its bytes held until the instant (``_hold``)."""
+        assert plan.offsets_ns is not None
+        offsets = plan.offsets_ns
+        indices = (plan.indices if plan.indices is not None else np.arange(len(offsets))).tolist()
+        self.live.scheduled = len(indices)
+        loop = asyncio.get_running_loop()
+        ahead: deque[tuple[int, Session]] = deque()
+        todo = iter(indices)
+        exhausted = False
+        while True:
+            while not exhausted and len(ahead) < _LOOKAHEAD and (
+                not ahead or min(ahead[0][0] - _LEAD_NS, self._next_due[0]) - self.clock() > _BUILD_MARGIN_NS
+            ):
+                i = next(todo, None)
+                if i is None:
+                    exhausted = True
+                    break
+                ahead.append((start_ns + int(offsets[i]), plan.session(i)))
+            if not ahead:
+                return
+            due, session = ahead.popleft()
+            delay = due - _LEAD_NS - self.clock()
+            if delay > 50_000_000:  # long gaps: stay responsive to a stop
+                try:
+                    await asyncio.wait_for(self._stop.wait(), (delay - SPIN_NS) / 1e9)
+                except asyncio.TimeoutError:
+                    pass
+            await sleep_until(due - _LEAD_NS, self.clock, spin_ns=0)  # coarse: the hold is the precise part
+            if self._stop.is_set():
+                return
+            task = loop.create_task(self._run_session(session, due))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            await asyncio.sleep(0)  # let it send now, before more sessions are built
+
+    async def _sleep_until(self, due: int) -> None:
+        await sleep_until(due, self.clock)
+
+    async def _closed_loop(self, plan: Plan, start_ns: int) -> None:
+        end = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
+        counter = iter(range(self.cfg.shard, 1 << 62, self.cfg.shards))
+        count = plan.count
+
+        async def user() -> None:
+            for i in counter:
+                if count is not None and i >= count:
+                    return
+                now = self.clock()
+                if self._stop.is_set() or (end is not None and now >= end):
+                    return
+                await self._run_session(plan.session(i), now)
+
+        await self._sleep_until(start_ns)
+        users = [asyncio.ensure_future(user()) for _ in range(plan.concurrency or 1)]
+        self._tasks.update(users)
+        for u in users:
+            u.add_done_callback(self._tasks.discard)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait([asyncio.gather(*users, return_exceptions=True), stopper],
+                           return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+
+    async def _drain(self, grace_s: float) -> None:
+        """Give requests still in flight ``grace_s``; the rest are recorded as cancelled."""
+        if not self._tasks:
+            return
+        _, still = await asyncio.wait(list(self._tasks), timeout=grace_s)
+        for t in still:
+            t.cancel()
+        if still:
+            await asyncio.wait(still, timeout=10)
+
+    # -- sessions and requests ----------------------------------------------------
+    async def _run_session(self, session: Session, t_start: int) -> None:
+        conv = Conversation(session.system)
+        t_sched = t_start
+        for turn_no, turn in enumerate(session.turns):
+            if turn.children:
+                await asyncio.gather(*(self._run_session(c, self.clock()) for c in turn.children))
+                t_sched = max(t_sched, self.clock())
+            if turn_no > 0:  # a later turn, after its think time: started early and held, as the first
+                await sleep_until(t_sched - _LEAD_NS, self.clock, spin_ns=0)
+            if self._stop.is_set() and turn_no > 0:
+                return
+            conv.add_turn(turn)
+            keep = self.cfg.keep_text or turn_no + 1 < len(session.turns)
+            rec, text = await self._request(session, turn, turn_no, conv, t_sched, keep)
+            if rec.status != "ok":
+                return  # a session cannot go on without its answer
+            conv.add_answer(text)
+            if turn_no + 1 < len(session.turns):
+                nxt = session.turns[turn_no + 1]
+                t_sched = (rec.t_done or self.clock()) + nxt.think_ns
+
+    async def _request(
+        self, session: Session, turn: Turn, turn_no: int, conv: Conversation, t_sched: int, keep_text: bool
+    ) -> tuple[Record, str]:
+        cfg = self.cfg
+        seq = cfg.shard + cfg.shards * self._seq
+        self._seq += 1
+        rec = Record(
+            run_id=cfg.run_id, point=cfg.point, shard=cfg.shard, request=seq, session=session.session,
+            turn=turn_no, endpoint=cfg.endpoint_label, model=cfg.model, api=cfg.api, t_sched=t_sched,
+            prompt_tokens_requested=turn.prompt_tokens or None, output_tokens_requested=turn.max_tokens,
+        )
+        extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
+        body = build_body(cfg.api, cfg.model, conv, turn.max_tokens, ignore_eos=cfg.ignore_eos, extra=extra)
+        tally = StreamTally(cfg.api, keep_text=keep_text)
+        headers = {**self._headers, "X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq),
+                   "X-Request-Id": f"{cfg.run_id}-{seq}"}
+        assert self._slots is not None
+        if self._slots.locked():
+            self.live.capped += 1
+        async with self._slots:
+            me = _Inflight(asyncio.current_task(), rec, tally, self.clock(), cfg.timeouts)
+            self._inflight[seq] = me
+            self.live.inflight += 1
+            try:
+                await self._exchange(rec, tally, body, headers, me)
+            except asyncio.CancelledError:
+                rec.status = "timeout" if me.why else "cancelled"
+                rec.error = me.why or "run stopped before the answer ended"
+                if not me.why:
+                    self._finish(rec, tally)
+                    raise
+            finally:
+                del self._inflight[seq]
+                self.live.inflight -= 1
+        self._finish(rec, tally)
+        return rec, tally.text
+
+    async def _exchange(self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str],
+                        me: _Inflight) -> None:
+        clock = self.clock
+        rec.t_sent = clock()  # replaced by the moment the request's bytes are handed to the socket
+        self.live.sent += 1
+        try:
+            async with await self._post(body, headers, me) as resp:
+                rec.t_headers = arrived(resp.content) or clock()
+                rec.http_status = resp.status
+                if resp.status != 200:
+                    raw = await resp.content.read(4096)
+                    rec.status = "http_error"
+                    rec.error = redact(f"HTTP {resp.status}: {raw.decode('utf-8', 'replace')}", self._secrets)
+                    retry = resp.headers.get("Retry-After")
+                    if retry:
+                        rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
+                    return
+                # the hot path: each read stamped on arrival; held requests due meanwhile sent from there
+                await read_body(resp.content, tally.feed, clock, (self._next_due, self._send_due))
+                tally.close(clock())
+                if tally.events == 0:
+                    rec.status = "bad_stream"
+                    rec.error = f"HTTP 200 but no SSE events (Content-Type {resp.content_type!r})"
+                elif not tally.done and tally.finish_reason is None:
+                    rec.status = "disconnected"
+                    rec.error = "stream ended without [DONE] or a finish_reason"
+        except StreamError as e:
+            rec.status, rec.error = "http_error", redact(f"error in stream: {e}", self._secrets)
+        except BadStream as e:
+            rec.status, rec.error = "bad_stream", redact(str(e), self._secrets)
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
+            rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
+        except (aiohttp.ServerTimeoutError, asyncio.TimeoutError) as e:
+            rec.status, rec.error = "timeout", redact(f"{type(e).__name__}: {e}", self._secrets)
+        except aiohttp.ClientConnectionError as e:
+            rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
+        except (aiohttp.ClientError, ValueError, OSError) as e:
+            rec.status, rec.error = "client_error", redact(f"{type(e).__name__}: {e}", self._secrets)
+
+    async def _post(self, body: bytes, headers: dict[str, str], me: _Inflight) -> aiohttp.ClientResponse:
+        """POST; again whenever it failed on a reused keep-alive connection before any answer.
+
+        A server may close an idle connection just as it is taken from the pool (llama.cpp
+        closes after every streamed answer while advertising keep-alive): the request then
+        never reached it, so sending it again is not a duplicate. Each such try drops one
+        dead pooled connection; a failure on a fresh connection, or after the answer began,
+        is never retried (it is the endpoint's and is recorded).
+        """
+        url = self._url
+        for _ in range(_STALE_RETRIES):
+            me.reused = False
+            try:
+                return await self._http.post(url, data=body, headers=headers)
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                if not me.reused:
+                    raise
+        me.reused = False
+        return await self._http.post(url, data=body, headers=headers)
+
+    def _early(self, seq: int) -> bool:
+        """Whether a request being written now is ahead of its instant (so is to be held)."""
+        me = self._inflight.get(seq)
+        return me is not None and me.rec.t_sched > self.clock()
+
+    async def _hold(self, seq: int, held: HeldWrite) -> None:
+        """Send a request's held bytes at its intended instant (it was started early).
+
+        A precise sleep sends them when the loop is free; when it is busy with a
+        burst of reads, the first read after the instant sends them (``_send_due``).
+        """
+        me = self._inflight.get(seq)
+        try:
+            if me is not None:
+                heapq.heappush(self._due, (me.rec.t_sched, seq, held))
+                self._next_due[0] = self._due[0][0]
+                try:
+                    await sleep_until(me.rec.t_sched, self.clock)
+                except BaseException:
+                    held.drop()  # cancelled: its bytes must never reach the connection
+                    raise
+            self._send_held(seq, held)
+        finally:
+            self._send_due(self.clock())
+
+    def _send_due(self, t: int) -> None:
+        """Send every held request due by ``t`` (called from a read, and after each hold),
+        and let go of those already sent or dropped."""
+        heap = self._due
+        while heap and (heap[0][0] <= t or heap[0][2].sent):
+            _, seq, held = heapq.heappop(heap)
+            self._send_held(seq, held)
+        self._next_due[0] = heap[0][0] if heap else _NEVER
+
+    def _send_held(self, seq: int, held: HeldWrite) -> None:
+        if not held.sent:
+            held.send()
+            self._on_written(seq)
+
+    def _on_send(self, seq: int, reused: bool) -> None:
+        me = self._inflight.get(seq)
+        if me is not None:
+            me.reused = reused
+
+    def _on_written(self, seq: int) -> None:
+        me = self._inflight.get(seq)
+        if me is not None:
+            me.rec.t_sent = self.clock()
+
+    def _finish(self, rec: Record, tally: StreamTally) -> None:
+        if rec.t_done is not None:
+            return
+        rec.t_done = self.clock()
+        counts, total, source = tally.reconcile()
+        rec.chunk_ns = tally.chunk_ns
+        rec.chunk_tokens = counts
+        rec.output_tokens = total
+        rec.output_tokens_source = source
+        rec.output_tokens_reported = tally.completion_tokens
+        rec.prompt_tokens_reported = tally.prompt_tokens
+        rec.cached_tokens = tally.cached_tokens
+        rec.finish_reason = tally.finish_reason
+        if tally.chunk_ns:
+            rec.t_first, rec.t_last = tally.chunk_ns[0], tally.chunk_ns[-1]
+        if self.cfg.keep_text:
+            rec.output_text = tally.text
+        self.writer.add(rec)
+        live = self.live
+        live.done += 1
+        if rec.status != "ok":
+            live.errors += 1
+        elif rec.t_first is not None:
+            live.recent_ttft_ms.append((rec.t_first - rec.t_sched) / 1e6)
+            if rec.output_tokens > 1 and rec.t_last is not None:
+                live.recent_itl_ms.append((rec.t_last - rec.t_first) / 1e6 / (rec.output_tokens - 1))
+        if rec.t_sent is not None:
+            live.recent_lag_ms.append((rec.t_sent - rec.t_sched) / 1e6)
+
+    async def _housekeeping(self) -> None:
+        """Flush records, enforce timeouts, and measure event-loop lag."""
+        interval = self.cfg.flush_interval_s
+        idle_ns = int(self.cfg.timeouts.idle * 1e9)
+        while True:
+            before = self.clock()
+            await asyncio.sleep(interval)
+            now = self.clock()
+            lag_ms = (now - before) / 1e6 - interval * 1e3
+            self.live.loop_lag_max_ms = max(self.live.loop_lag_max_ms, lag_ms)
+            self.writer.flush()
+            for me in list(self._inflight.values()):
+                if me.why or me.task is None:
+                    continue
+                if now > me.deadline_total:
+                    me.why = "total timeout"
+                elif not me.tally.t_read and now > me.deadline_first:
+                    me.why = "no data before the first-byte timeout"
+                elif me.tally.t_read and now - me.tally.t_read > idle_ns:
+                    me.why = "idle timeout between chunks"
+                if me.why:
+                    me.task.cancel()

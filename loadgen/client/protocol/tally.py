@@ -1,0 +1,389 @@
+"""Interpretation of one streaming chat/completions response, as its bytes arrive.
+
+I/O-free and clock-free: the engine hands over each read with the time the read
+returned, and this module decides which chunks carry output (the TTFT/ITL contract
+in DESIGN.md) and how many tokens each carried. Keeping it apart from the socket
+means every vendor quirk is pinned by a test on a byte literal.
+
+Which chunks carry output: a chat chunk whose ``choices[i].delta`` has non-empty
+``content``, ``reasoning_content`` or ``reasoning``, or a tool-call delta with a name
+or an arguments fragment; a completions chunk whose ``choices[i].text`` is non-empty.
+Role-only deltas (``content: ""`` or ``null``), empty deltas and finish chunks carry
+none, so they never start TTFT. With several choices (n > 1) each output-carrying
+choice counts.
+
+How many tokens: when a server sends running usage on every chunk (vLLM
+``continuous_usage_stats``), the rise in ``completion_tokens`` is the exact count of
+each chunk, which matters because one chunk can carry several tokens (speculative
+decoding, stream intervals, detokenizer hold-back). Otherwise each output chunk is
+one token until ``reconcile`` spreads the final ``usage`` over them.
+
+Speed: content chunks are counted off a learned byte template where one proves to
+fit (template.py); anything else takes the full path, a JSON decode per chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from loadgen.client.protocol.chunk_errors import StreamError, check_error, is_done, shape_error
+from loadgen.client.protocol.sse import BadStream, SSEParser
+from loadgen.client.protocol.template import (
+    BULK,
+    Between,
+    Framed,
+    Payload,
+    learn,
+    plain,
+    plain_all,
+    read_bodies,
+    run_bodies,
+)
+
+__all__ = ["BadStream", "StreamError", "StreamTally"]
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_APIS = ("chat", "completions")
+_LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
+
+
+class StreamTally:
+    """Running tally of one streamed response: output chunk times, token counts, usage.
+
+    ``feed(data, t_ns)`` per read, ``close()`` at end of body, then ``reconcile()``
+    for the token counts to record. Raises ``BadStream`` (or ``StreamError`` for an
+    in-stream error object) as soon as the stream stops making sense; what was
+    tallied until then stays readable for the failure record.
+    """
+
+    __slots__ = (
+        "api",
+        "keep_text",
+        "done",
+        "chunk_ns",
+        "chunk_tokens",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "events",
+        "_parser",
+        "_chat",
+        "_parts",
+        "_last_ct",
+        "_carry",
+        "_per_chunk",
+        "_sse",
+        "_tpl",
+        "_ftpl",
+        "_sep",
+        "_learns",
+        "t_read",
+    )
+
+    def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
+        if api not in _APIS:
+            raise ValueError(f"api must be one of {_APIS}, not {api!r}")
+        self.api = api
+        self.keep_text = keep_text
+        self.done = False
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.events = 0
+        self._parser = SSEParser(max_event_bytes)
+        self._chat = api == "chat"
+        self._parts: list[str] = []
+        self._last_ct: int | None = None  # completion_tokens of the last usage seen
+        self._carry = 0  # usage rise seen on chunks without output, owed to the next one
+        self._per_chunk = False  # an output chunk got its count from running usage
+        self._sse = self._parser.feed
+        # Learned content-chunk template: (prefix, suffix, len(prefix), len(suffix)) of
+        # a payload, and the same for a read holding just that event (``_ftpl``).
+        self._tpl: Payload | None = None
+        self._ftpl: Framed | None = None
+        self._sep: Between | None = None
+        self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
+        self._learns = _LEARNS
+
+    @property
+    def text(self) -> str:
+        """The output text so far (reasoning, content, tool arguments); '' unless keep_text."""
+        return "".join(self._parts)
+
+    def feed(self, data: bytes, t_ns: int) -> None:
+        """Interpret one read; every event it completes is stamped ``t_ns``."""
+        self.t_read = t_ns
+        tpl = self._ftpl
+        if tpl is not None and self._parser.idle:
+            pre, suf, lo, hi, few = tpl
+            n = len(data)
+            if n >= lo + hi and data.startswith(pre) and data.endswith(suf):
+                if n < few:  # room for one event only: the usual read
+                    text = plain(data[lo : n - hi])
+                    if text is not None:
+                        self.events += 1
+                        if text:
+                            self.chunk_ns.append(t_ns)
+                            self.chunk_tokens.append(1)
+                            if self.keep_text:
+                                self._parts.append(text)
+                        return
+                elif self._many(data, t_ns):
+                    return
+        payloads = self._sse(data)
+        if payloads:
+            self._take(payloads, t_ns)
+
+    def _many(self, data: bytes, t_ns: int) -> bool:
+        """Count a read of nothing but whole template events in one go; False if it is not one."""
+        assert self._sep is not None
+        bodies = read_bodies(data, self._sep)
+        if bodies is None or not self._bodies(bodies, t_ns):
+            return False
+        self.events += len(bodies)
+        return True
+
+    def _run(self, payloads: list[bytes], i: int, t_ns: int) -> int:
+        """Count the run of template events from ``payloads[i]`` in one go; the index after
+        it, or ``i`` if there is none (then those events go one by one)."""
+        assert self._tpl is not None
+        run = run_bodies(payloads, i, self._tpl)
+        return run[0] if run is not None and self._bodies(run[1], t_ns) else i
+
+    def _bodies(self, bodies: list[bytes], t_ns: int) -> bool:
+        """Record the string bodies of whole template events, each read at ``t_ns``;
+        False, recording nothing, unless every one is plain text."""
+        text = plain_all(bodies)
+        if text is None:
+            return False
+        k = len(bodies) - bodies.count(b"")  # an empty body: an event without output
+        if k:
+            self.chunk_ns.extend([t_ns] * k)
+            self.chunk_tokens.extend([1] * k)
+            if self.keep_text:
+                self._parts.append(text)
+        return True
+
+    def close(self, t_ns: int | None = None) -> None:
+        """End of body: interpret a final event that had no closing blank line.
+
+        ``t_ns`` stamps such an event (the end-of-body time); without it the time of
+        the last output chunk is reused, or 0 when there was none.
+        """
+        payloads = self._parser.close()
+        if payloads:
+            if t_ns is None:
+                t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
+            self._take(payloads, t_ns)
+
+    def _take(self, payloads: list[bytes], t_ns: int) -> None:
+        """Interpret the events of one read (the hot loop: keep it flat)."""
+        self.events += len(payloads)
+        if self.done:
+            return  # anything after [DONE] is not part of the answer
+        chat = self._chat
+        keep = self.keep_text
+        tpl = self._tpl
+        i, n_all = 0, len(payloads)
+        bulk = n_all >= BULK
+        while i < n_all:
+            if bulk and tpl is not None:
+                bulk = False  # one try per read: a run that fails goes event by event
+                j = self._run(payloads, i, t_ns)
+                if j > i:
+                    i = j
+                    continue
+            payload = payloads[i]
+            i += 1
+            if tpl is not None:
+                pre, suf, lo, hi = tpl
+                n = len(payload)
+                if n >= lo + hi and payload.startswith(pre) and payload.endswith(suf):
+                    text = plain(payload[lo : n - hi])
+                    if text is not None:
+                        if text:
+                            self.chunk_ns.append(t_ns)
+                            self.chunk_tokens.append(1)
+                            if keep:
+                                self._parts.append(text)
+                        continue
+            if payload == b"[DONE]":  # before the decode: a failed decode costs an exception
+                self.done = True
+                self._tpl = self._ftpl = None
+                return
+            try:
+                obj = _loads(payload)
+            except _JSONDecodeError:
+                if is_done(payload):
+                    self.done = True
+                    self._tpl = self._ftpl = None
+                    return
+                continue
+            # Shape checks cost nothing here: a non-dict where a dict belongs fails
+            # on .get or iteration, and the handler turns that into BadStream.
+            try:
+                choices = obj.get("choices")
+                if not choices or "error" in obj:
+                    check_error(obj)
+                k = 0
+                if choices:
+                    for ch in choices:
+                        if chat:
+                            delta = ch.get("delta")
+                            if delta:
+                                if not keep and delta.get("content"):
+                                    k += 1
+                                else:
+                                    k += self._delta(delta)
+                        else:
+                            text = ch.get("text")
+                            if text:
+                                k += 1
+                                if keep and type(text) is str:
+                                    self._parts.append(text)
+                        fr = ch.get("finish_reason")
+                        if fr is not None:
+                            self.finish_reason = fr if type(fr) is str else str(fr)
+                usage = obj.get("usage")
+            except (AttributeError, TypeError):
+                raise BadStream(shape_error(obj, payload)) from None
+            if k:
+                self.chunk_ns.append(t_ns)
+                if usage:
+                    k = self._usage(usage, k, True)
+                elif k == 1 and self._learns and len(choices) == 1:
+                    self._learn(payload, obj)
+                    tpl = self._tpl
+                self.chunk_tokens.append(k)
+            elif usage:
+                self._usage(usage, 0, False)
+
+    def _learn(self, payload: bytes, obj: dict[str, Any]) -> None:
+        """Take ``payload`` as the template of this stream's content chunks, if it makes one."""
+        learned, tried = learn(payload, obj, self._chat)
+        self._learns -= tried  # failures count too: a server whose chunks never fit stops costing
+        if learned is not None:
+            self._tpl, self._ftpl, self._sep = learned
+
+    def _delta(self, delta: dict[str, Any]) -> int:
+        """1 if a chat delta carries output, else 0; keeps its text when asked."""
+        content = delta.get("content")
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        tools = delta.get("tool_calls")
+        args = _tool_text(tools) if tools else None
+        if not (content or reasoning or args is not None):
+            return 0
+        if self.keep_text:
+            for piece in (reasoning, content, args):
+                if piece and type(piece) is str:
+                    self._parts.append(piece)
+        return 1
+
+    def _usage(self, usage: Any, k: int, output: bool) -> int:
+        """Record usage; return the token count of this chunk (``k`` unless running usage).
+
+        Running usage gives a chunk its exact count when there is a baseline: an
+        earlier usage, or none needed because this is the first output chunk. A
+        usage first seen on a later output chunk is a final total riding on the last
+        chunk (some servers do that), not a running count.
+        """
+        if type(usage) is not dict:
+            return k
+        pt = usage.get("prompt_tokens")
+        if type(pt) is int:
+            self.prompt_tokens = pt
+        details = usage.get("prompt_tokens_details")
+        if details and type(details) is dict:
+            cached = details.get("cached_tokens")
+            if type(cached) is int:
+                self.cached_tokens = cached
+        ct = usage.get("completion_tokens")
+        if type(ct) is not int:
+            return k
+        self.completion_tokens = ct
+        last = self._last_ct
+        self._last_ct = ct
+        if last is None:
+            if not output or len(self.chunk_ns) > 1:
+                return k
+            last = 0
+        rise = ct - last + self._carry
+        if not output:
+            self._carry = max(rise, 0)
+            return k
+        self._carry = 0
+        self._per_chunk = True
+        # An output chunk carries at least one token, whatever the counter says.
+        return rise if rise > 1 else 1
+
+    def reconcile(self) -> tuple[list[int], int, str]:
+        """Final per-chunk token counts, their total, and where the count came from.
+
+        Without running usage a chunk's observed count is 1 per output-carrying choice
+        (so 1, unless n > 1). Then:
+
+        - ``usage_per_chunk``: running usage gave counts on output chunks; they are
+          kept as observed (a rise seen after the last output chunk, e.g. on the
+          finish chunk, is added to the last one).
+        - ``usage``: the final ``completion_tokens`` is at least the observed total;
+          each chunk keeps its observed count and the surplus is spread over the
+          chunks by ``spread`` (evenly, deterministically).
+        - ``chunks``: no usage, or a usage below the observed total (an
+          under-reporting server; the caller stores the reported value beside it, so
+          the mismatch stays visible): the observed counts.
+        - no output chunks: ``([], 0, "usage")`` if usage was reported, else
+          ``([], 0, "none")``.
+        """
+        counts = list(self.chunk_tokens)
+        if not counts:
+            return [], 0, ("none" if self.completion_tokens is None else "usage")
+        if self._per_chunk:
+            counts[-1] += self._carry
+            return counts, sum(counts), "usage_per_chunk"
+        seen = sum(counts)
+        ct = self.completion_tokens
+        if ct is not None and ct >= seen:
+            if ct > seen:
+                counts = [c + e for c, e in zip(counts, spread(ct - seen, len(counts)), strict=True)]
+            return counts, ct, "usage"
+        return counts, seen, "chunks"
+
+
+def spread(total: int, n: int) -> list[int]:
+    """Split ``total`` over ``n`` chunks as evenly as integers allow, deterministically.
+
+    Each gets ``total // n``; the remainder ``r`` goes one each to the chunks where
+    ``floor(i * r / n)`` steps up, so extra tokens are spaced evenly through the
+    stream rather than piled at one end (which would bend ITL percentiles).
+    """
+    base, r = divmod(total, n)
+    if not r:
+        return [base] * n
+    return [base + ((i + 1) * r // n - i * r // n) for i in range(n)]
+
+
+def _tool_text(tools: Any) -> str | None:
+    """Argument text of the tool-call deltas in a chunk, or None if none is output.
+
+    A delta with a name or an arguments fragment is output, even when the fragment is
+    empty (the first delta of a call names it); an id-only header is not.
+    """
+    if type(tools) is not list:
+        return None
+    text: str | None = None
+    for call in tools:
+        fn = call.get("function") if type(call) is dict else None
+        if type(fn) is not dict:
+            continue
+        name = fn.get("name")
+        args = fn.get("arguments")
+        if name or args:
+            text = (text or "") + (args if args and type(args) is str else "")
+    return text

@@ -1,0 +1,193 @@
+"""The check's items, what each proves, and the pure verdicts on what an endpoint sent.
+
+Kept apart from the battery that sends the requests (``loadgen.check``) so that
+``loadgen check --help`` can list the items without loading an HTTP client, and
+so each verdict is tested on hand-made exchanges: a verdict takes what was
+already read (``check_exchange``) and returns (status, evidence), with no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from loadgen.conformance.ci_outputs import Case, clip
+
+if TYPE_CHECKING:
+    from loadgen.conformance.exchange import Stream, Wire
+
+__all__ = ["ITEMS", "item_case", "combine", "client_evidence", "framing", "role_first", "usage_present",
+           "non_stream", "error_shape", "real_streaming", "overlap"]
+
+ITEMS: dict[str, str] = {
+    "models-list": "GET /v1/models answers a list that names the model",
+    "chat-stream-framing": "chat stream is well-formed SSE: JSON chunks, ends with [DONE], nothing after",
+    "completions-stream-framing": "completions stream is well-formed SSE: JSON chunks, ends with [DONE]",
+    "chat-role-first": "the first chat chunk carries the assistant role",
+    "usage-present": "stream_options.include_usage yields a usage object with token counts",
+    "usage-matches-stream": "usage.completion_tokens equals the tokens actually streamed",
+    "max-tokens": "an answer never exceeds max_tokens",
+    "ignore-eos": "ignore_eos makes a short-answer prompt produce exactly max_tokens tokens",
+    "stop-sequence": "a stop string ends the answer just before it, with finish_reason stop",
+    "non-stream-consistent": "a non-streamed answer has content, a finish reason and the same usage shape",
+    "openai-client-stream": "the official openai client consumes chat and completions streams",
+    "openai-client-nonstream": "the official openai client consumes non-streamed answers",
+    "error-unknown-model": "an unknown model is a 4xx with an OpenAI-style error object",
+    "error-prompt-too-long": "an over-long prompt is a 4xx with an OpenAI-style error object",
+    "error-malformed-body": "a malformed JSON body is a 4xx with an OpenAI-style error object",
+    "real-streaming": "tokens arrive spread over the answer, not in one late burst",
+    "concurrent-streams": "several streams progress at once rather than one after another",
+}
+
+
+def item_case(name: str, status: str, message: str) -> Case:
+    """One item's result as a CI case; its data says what the item proves."""
+    return Case(name=name, status=status, message=message, suite="check", data={"proves": ITEMS.get(name, "")})
+
+
+def client_evidence(text: str, usage: Any, comp: str) -> str:
+    return f"chat {len(text)} chars, usage {'present' if usage else 'missing'}; completions {len(comp)} chars"
+
+
+def combine(verdicts: list[tuple[str, str]]) -> tuple[str, str]:
+    """Fail if any part fails, skip if every part skipped, else pass; evidence of all parts."""
+    statuses = [v for v, _ in verdicts]
+    status = "fail" if "fail" in statuses else "skip" if all(v == "skip" for v in statuses) else "pass"
+    return status, "; ".join(m for _, m in verdicts)
+
+
+def framing(s: Stream) -> tuple[str, str]:
+    if not s.ok():
+        return "fail", s.wire.brief()
+    if not s.wire.content_type.lower().startswith("text/event-stream"):
+        return "fail", f"Content-Type {clip(s.wire.content_type, 60)!r}, not text/event-stream"
+    if s.strict_error:
+        return "fail", f"the stream does not parse: {s.strict_error}"
+    if s.bad_events:
+        return "fail", f"{len(s.bad_events)} non-JSON event(s), e.g. {clip(s.bad_events[0], 60)!r}"
+    shapeless = [o for o in s.objects if not (isinstance(o, dict) and isinstance(o.get("choices"), list))]
+    if shapeless:
+        return "fail", f"{len(shapeless)} chunk(s) without a choices list, e.g. {clip(orjson.dumps(shapeless[0]), 80)}"
+    if not s.done:
+        return "fail", f"ended without data: [DONE] after {len(s.objects)} chunks"
+    if s.after_done:
+        return "fail", f"{s.after_done} event(s) after [DONE]"
+    if not s.chunk_ns:
+        return "fail", "no chunk carried output"
+    return "pass", f"{len(s.objects)} JSON chunks ({len(s.chunk_ns)} with output), then [DONE]"
+
+
+def role_first(s: Stream) -> tuple[str, str]:
+    if not s.ok():
+        return "fail", s.wire.brief()
+    for o in s.objects:
+        ch = o.get("choices") if isinstance(o, dict) else None
+        if ch and isinstance(ch, list) and isinstance(ch[0], dict):
+            delta = ch[0].get("delta")
+            role = delta.get("role") if isinstance(delta, dict) else None
+            if role == "assistant":
+                return "pass", "first chunk: delta.role 'assistant'"
+            return "fail", f"first chunk's delta has role {clip(role, 40)!r}, not 'assistant'"
+    return "fail", "no chunk with choices"
+
+
+def usage_present(streams: list[Stream]) -> tuple[str, str]:
+    verdicts = []
+    for s in streams:
+        u = s.usage or {}
+        ints = all(isinstance(u.get(k), int) for k in ("prompt_tokens", "completion_tokens"))
+        if not s.ok():
+            verdicts.append(("fail", f"{s.api}: {s.wire.brief()}"))
+        elif ints:
+            verdicts.append(("pass", f"{s.api}: prompt_tokens {u['prompt_tokens']}, completion_tokens "
+                                     f"{u['completion_tokens']}"))
+        else:
+            verdicts.append(("fail", f"{s.api}: no usage with integer prompt/completion tokens"))
+    return combine(verdicts)
+
+
+def non_stream(w: Wire, a: Stream) -> tuple[str, str]:
+    data = w.json()
+    if w.error or w.status != 200 or not isinstance(data, dict):
+        return "fail", w.brief()
+    try:
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError):
+        return "fail", f"no choices[0].message.content: {clip(w.body.decode('utf-8', 'replace'), 120)}"
+    usage = data.get("usage")
+    problems = []
+    if not isinstance(content, str) or not content:
+        problems.append("empty content")
+    if not isinstance(finish, str):
+        problems.append("no finish_reason")
+    if not isinstance(usage, dict) or not all(isinstance(usage.get(k), int) for k in
+                                              ("prompt_tokens", "completion_tokens", "total_tokens")):
+        problems.append("usage lacks integer prompt/completion/total tokens")
+    elif a.usage is not None:
+        if set(usage) != set(a.usage):
+            problems.append(f"usage keys {sorted(usage)} differ from the stream's {sorted(a.usage)}")
+        if usage.get("prompt_tokens") != a.usage.get("prompt_tokens"):
+            problems.append(f"prompt_tokens {usage.get('prompt_tokens')} vs {a.usage.get('prompt_tokens')} streamed")
+    if problems:
+        return "fail", "; ".join(clip(p, 160) for p in problems)
+    same = "same text as streamed" if content == a.text else "text differs from the streamed one"
+    return "pass", f"{len(content)} chars, finish_reason {finish!r}, usage {usage['completion_tokens']} tokens; {same}"
+
+
+def error_shape(w: Wire, what: str = "") -> tuple[str, str]:
+    """4xx with ``{"error": {"message": ...}}``, as the openai client expects."""
+    if w.error:
+        return "fail", w.error
+    head = f"{what + ': ' if what else ''}HTTP {w.status}"
+    if w.status is None or not 400 <= w.status < 500:
+        return "fail", f"{head}, expected 4xx: {clip(w.body.decode('utf-8', 'replace'), 100)}"
+    data = w.json()
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        kind = err.get("type") or err.get("code") or "-"
+        return "pass", f"{head}, error.type {clip(kind, 40)!r}: {clip(err['message'], 100)}"
+    return "fail", f"{head} but not an OpenAI error object: {clip(w.body.decode('utf-8', 'replace'), 100)}"
+
+
+def real_streaming(s: Stream) -> tuple[str, str]:
+    """Output chunks must arrive in many separate reads spread over the answer: a
+    buffering server or proxy delivers them in one burst at the end."""
+    if not s.ok():
+        return "fail", s.wire.brief()
+    times = s.chunk_ns
+    if len(times) < 8:
+        return "skip", f"only {len(times)} output chunks; too short to judge"
+    total = s.wire.t_done - s.wire.t_sent
+    span = times[-1] - times[0]
+    reads = len(set(times))
+    evidence = (f"{len(times)} output chunks in {reads} reads over {span / 1e6:.1f} ms "
+                f"of a {total / 1e6:.1f} ms answer")
+    if reads >= max(4, len(times) // 4) and span >= 0.1 * total:
+        return "pass", evidence
+    return "fail", evidence + " (buffered: arrives in a burst)"
+
+
+def overlap(streams: list[Stream]) -> tuple[str, str]:
+    """All first tokens before any stream finished: they were served together."""
+    bad = [s for s in streams if not s.ok() or not s.chunk_ns]
+    if bad:
+        return "fail", f"{len(bad)} of {len(streams)} streams failed or streamed nothing: {bad[0].brief()}"
+    burst = [s for s in streams if len(set(s.chunk_ns)) < max(2, len(s.chunk_ns) // 4)]
+    if len(burst) > len(streams) // 2:
+        return "skip", f"{len(burst)} of {len(streams)} answers arrived in bursts (buffered); token times cannot tell"
+    first = [s.chunk_ns[0] for s in streams]
+    done = [s.wire.t_done for s in streams]
+    n = len(streams)
+    if max(first) < min(done):
+        return "pass", f"all {n} streams had a token before any finished"
+    events = sorted([(t, 1) for t in first] + [(t, -1) for t in done])
+    active = peak = 0
+    for _, d in events:
+        active += d
+        peak = max(peak, active)
+    if peak <= 1:
+        return "fail", f"the {n} streams were served one at a time"
+    return "pass", f"at most {peak} of {n} streams progressed at once (a concurrency limit on the server?)"

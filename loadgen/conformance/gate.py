@@ -1,0 +1,227 @@
+"""``loadgen gate``: judge a run folder against an SLO profile, and against a baseline run.
+
+Every criterion of the profile is measured at the load points it applies to
+(``gate_points``) with one-sided confidence bounds (``gate_bounds``, which also
+says why a verdict needs them); this module turns those into PASS / FAIL /
+INCONCLUSIVE cases with their reasons, adds the baseline comparison, and gives
+the exit code. Its names, and those of the two modules, are importable from here.
+
+Everything here is a pure function of the records; only ``gate_run`` reads files.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from loadgen.analysis.metrics import validity_warnings
+from loadgen.conformance.bounds import (
+    Measurement,
+    batch_rate,
+    compare,
+    fmt_num,
+    fmt_pct,
+    mean_bounds,
+    measure,
+    percentile,
+    proportion,
+    verdict,
+)
+from loadgen.conformance.ci_outputs import Case, Outcome, overall_status
+from loadgen.conformance.samples import Point, load_points, select
+from loadgen.conformance.slo import Criterion, Profile
+from loadgen.errors import ConfigError
+
+__all__ = [
+    "EXIT_PASS",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_INCONCLUSIVE",
+    "Measurement",
+    "Point",
+    "load_points",
+    "measure",
+    "verdict",
+    "compare",
+    "gate_run",
+    "exit_code",
+    "parse_tolerance",
+    "batch_rate",
+    "mean_bounds",
+    "percentile",
+    "proportion",
+    "select",
+]
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+_NAN = math.nan
+
+
+def exit_code(status: str, inconclusive: str | None = None) -> int:
+    """0 pass, 1 fail, 3 inconclusive (or as ``inconclusive`` = "pass" / "fail" maps it)."""
+    if status == "fail":
+        return EXIT_FAIL
+    if status == "inconclusive":
+        return {"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(inconclusive or "", EXIT_INCONCLUSIVE)
+    return EXIT_PASS
+
+
+def parse_tolerance(text: str) -> float:
+    """``"5%"`` or ``"5"`` -> 0.05 (always percent)."""
+    s = str(text).strip().removesuffix("%").strip()
+    try:
+        v = float(s) / 100.0
+    except ValueError:
+        raise ConfigError(f"--tolerance {text!r}: give a percentage like 5%") from None
+    if not (math.isfinite(v) and 0 <= v < 10):
+        raise ConfigError(f"--tolerance {text!r}: must be between 0% and 1000%")
+    return v
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def _bounds(m: Measurement) -> str:
+    return f"[{fmt_num(m.lo)}, {fmt_num(m.hi)}]"
+
+
+def _reason(status: str, m: Measurement, c: Criterion) -> str:
+    conf, limit = f"{m.confidence:.0%}", f"{c.bound:g} {c.unit}"
+    if m.n == 0 or math.isnan(m.value):
+        return "no samples in the window (no successful requests?)"
+    if status == "pass":
+        return f"{conf} bound {fmt_num(m.hi if c.op == '<=' else m.lo)} {c.op} {limit}"
+    if status == "fail":
+        return f"{conf} bound {fmt_num(m.lo if c.op == '<=' else m.hi)} {'>' if c.op == '<=' else '<'} {limit}"
+    out = f"{conf} bounds {_bounds(m)} straddle {limit}"
+    if m.needed is not None and m.over is not None and m.needed > m.n:
+        if c.info.kind == "proportion":
+            bad = "none failing" if m.over == 0 else f"at most {m.over} failing"
+            return out + f"; needs >= {m.needed} requests with {bad}, has {m.n}"
+        side = "over" if c.op == "<=" else "under"
+        bad = f"none {side} it" if m.over == 0 else f"at most {m.over} {side} it"
+        return out + f"; needs >= {m.needed} samples with {bad}, has {m.n}"
+    if m.needed is not None and m.needed > m.n:
+        return out + f"; about {m.needed} samples at this spread would decide it, has {m.n}"
+    if m.n_eff is not None:
+        return out + f" (per-token samples counted as {m.n_eff} requests)"
+    return out
+
+
+def _case(c: Criterion, p: Point, suite: str, status: str, m: Measurement, message: str, limit: str,
+          extra: dict[str, Any] | None = None) -> Case:
+    name = c.name + (f" @ {p.label}" if p.label else "")
+    n = str(m.n) if m.n_eff is None else f"{m.n} ({m.n_eff} req)"
+    if m.method.startswith("batch means"):
+        n = f"{m.n} slices"
+    data = {"metric": c.metric, "statistic": c.statistic, "op": c.op, "bound": c.bound, "unit": c.unit,
+            "point": p.index, "value": _j(m.value), "lo": _j(m.lo), "hi": _j(m.hi), "n": m.n, "n_eff": m.n_eff,
+            "confidence": m.confidence, "method": m.method, "over": m.over, "needed": m.needed, **(extra or {})}
+    return Case(name=name + (" vs baseline" if suite == "baseline" else ""), status=status, message=message,
+                suite=suite, data=data,
+                cells=(("measured", f"{fmt_num(m.value)} {c.unit}"), ("bounds", _bounds(m)), ("limit", limit),
+                       ("n", n)))
+
+
+def _j(v: float) -> float | str | None:
+    if v != v:
+        return None
+    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+
+
+def _too_short(profile: Profile, p: Point) -> str | None:
+    s = p.summary()
+    if s.requests < profile.min_samples:
+        return f"{s.requests} requests in the window < min_samples {profile.min_samples}"
+    if s.window_s < profile.min_duration_s:
+        return f"{s.window_s:.1f} s window < min_duration_s {profile.min_duration_s:g} s"
+    return None
+
+
+def judge(profile: Profile, points: list[Point], run_dir: Path) -> list[tuple[Criterion, Point, str, Measurement, str]]:
+    """(criterion, point, status, measurement, reason) for every criterion and point it applies to."""
+    out = []
+    for c in profile.criteria:
+        for p in select(points, c, run_dir):
+            m = measure(c, p, profile.confidence)
+            status = verdict(m, c.op, c.bound)
+            reason = _reason(status, m, c)
+            short = _too_short(profile, p) if status == "pass" else None
+            if short:
+                status, reason = "inconclusive", f"would pass ({reason}), but {short}"
+            out.append((c, p, status, m, reason))
+    return out
+
+
+def gate_run(
+    run_dir: Path,
+    profile: Profile,
+    *,
+    baseline: Path | None = None,
+    tolerance: float = 0.05,
+    inconclusive: str | None = None,
+) -> Outcome:
+    """Judge ``run_dir`` (and, with ``baseline``, its change from that run) against ``profile``."""
+    run_dir, notes = Path(run_dir), []
+    meta, points = load_points(run_dir, profile.slo)
+    results = judge(profile, points, run_dir)
+    cases = [_case(c, p, "slo", status, m, reason, c.limit) for c, p, status, m, reason in results]
+    for p in points:
+        prefix = f"{p.label}: " if p.label else ""
+        notes += [prefix + w for w in ([p.warning] if p.warning else [])]
+        notes += [prefix + w for w in validity_warnings(p.summary(), lag_p99_limit_ms=p.lag_limit_ms)]
+    if any(c.info.clustered for c in profile.criteria):
+        notes.append("ITL/ICL samples are clustered by request; their bounds count one sample per request")
+    header = [("run", str(run_dir)), ("endpoint", str(meta.get("endpoint", "?"))),
+              ("model", str(meta.get("model", "?"))), ("profile", f"{profile.name} ({profile.source})"),
+              ("confidence", f"{profile.confidence:.0%} one-sided per bound")]
+    if baseline is not None:
+        bmeta, bpoints = load_points(Path(baseline), profile.slo)
+        header.append(("baseline", f"{baseline} (tolerance {fmt_pct(tolerance)})"))
+        notes += _comparability(meta, bmeta)
+        cases += _baseline_cases(profile, results, bpoints, Path(baseline), tolerance)
+    status = overall_status([c.status for c in cases])
+    return Outcome(kind="gate", title=f"SLO gate: {profile.name}", status=status,
+                   exit_code=exit_code(status, inconclusive), header=header, cases=cases, notes=notes,
+                   columns=("measured", "bounds", "limit", "n"))
+
+
+def _baseline_cases(profile: Profile, results: list[tuple[Criterion, Point, str, Measurement, str]],
+                    bpoints: list[Point], baseline: Path, tolerance: float) -> list[Case]:
+    conf2 = 1 - (1 - profile.confidence) / 2  # each side at half the error: a false alarm <= 1 - confidence
+    cases = []
+    for c, p, _, _, _ in results:
+        match = [b for b in bpoints if (b.label == p.label if p.label else True)]
+        if c.at is not None:
+            try:
+                match = select(bpoints, c, baseline)
+            except ConfigError:
+                match = []
+        cur = measure(c, p, conf2)
+        if len(match) != 1:
+            cases.append(_case(c, p, "baseline", "inconclusive", cur, "no matching load point in the baseline",
+                               "baseline: -"))
+            continue
+        base = measure(c, match[0], conf2)
+        status, why = compare(cur, base, c.op, tolerance)
+        change = (cur.value - base.value) / abs(base.value) * 100 if base.value else _NAN
+        msg = f"{change:+.1f}% vs baseline {fmt_num(base.value)} {c.unit}; {why}" if change == change else why
+        limit = f"baseline {fmt_num(base.value)} {_bounds(base)} {'+' if c.op == '<=' else '-'}{fmt_pct(tolerance)}"
+        cases.append(_case(c, p, "baseline", status, cur, msg, limit,
+                           {"baseline_value": _j(base.value), "baseline_lo": _j(base.lo), "baseline_hi": _j(base.hi),
+                            "baseline_n": base.n, "change_pct": _j(change), "tolerance": tolerance}))
+    return cases
+
+
+def _comparability(meta: dict[str, Any], bmeta: dict[str, Any]) -> list[str]:
+    """Differences that make a baseline comparison compare different traffic."""
+    out = []
+    for key, what in (("workload", "workload"),):
+        if meta.get(key) != bmeta.get(key):
+            out.append(f"the baseline ran a different {what}: a change may come from the traffic, not the endpoint")
+    a, b = meta.get("settings") or {}, bmeta.get("settings") or {}
+    for key in ("arrival", "api", "seed", "ignore_eos", "warmup_s", "cooldown_s"):
+        if a.get(key) != b.get(key):
+            out.append(f"the baseline's {key} differs ({b.get(key)!r} vs {a.get(key)!r})")
+    return out

@@ -1,0 +1,228 @@
+"""Run a sweep: bring the target up once, send each load point, keep one run folder.
+
+Each point is a ``runner.run_engine`` call with its own arrival, a warm-up, a
+measurement window and a bounded drain; its records go to
+``records-pNNN.arrows`` (the ``point`` column says which) and are compacted
+with the others into one ``records.parquet``. Between points the planner
+(``loadgen.sweep``) sees only the point's Summary, so the search is replayable.
+Prompts carry a per-point salt by default, so prefix-cache state cannot carry
+from one point into the next (ENDPOINTS.md, "where tools measure wrong" 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from loadgen import __version__
+from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
+from loadgen.analysis.points import compact_warnings, point_window, slo_to_json
+from loadgen.client.endpoint import endpoint_label
+from loadgen.client.engine import Engine
+from loadgen.client.run import (
+    RunSettings,
+    discover_model,
+    host_info,
+    new_run_id,
+    run_point,
+    scraping_server_metrics,
+    settings_json,
+    simulator_health,
+    target,
+)
+from loadgen.errors import ConfigError
+from loadgen.records import SCHEMA, compact, read_stream, write_json
+from loadgen.sweep.plan import SweepPlan
+from loadgen.sweep.search import Observation, Step, next_step, observe, search_end
+from loadgen.workload.load import Workload
+
+__all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt"]
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """A sweep: the per-request settings shared by every point, the plan, and how to judge it."""
+
+    base: RunSettings  # arrival, duration and warm-up are replaced per point
+    plan: SweepPlan
+    slo: SLO | None = None
+    slo_name: str = ""
+    gpus: float | None = None
+    prices: dict[str, float] = field(default_factory=dict)
+    point_salt: bool = True
+    salt: str = ""  # run-level salt prepended to the per-point one (cold caches across reruns)
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None and not self.gpus > 0:
+            raise ConfigError(f"--gpus {self.gpus}: must be > 0")
+        if self.plan.has_slo != (self.slo is not None):
+            raise ConfigError("the plan's has_slo must match whether an SLO is given")
+
+
+@dataclass
+class PointResult:
+    index: int
+    step: Step
+    summary: Summary
+    observation: Observation
+    client: dict[str, Any]
+    warnings: list[str]
+
+
+@dataclass
+class SweepResult:
+    run_dir: Path
+    run_id: str
+    points: list[PointResult]
+    interrupted: bool = False
+
+
+def point_salt(settings: SweepSettings, k: int) -> str:
+    """The prompt salt of point k: the same for every run with the same settings (fair bake-offs)."""
+    if not settings.point_salt:
+        return settings.salt
+    return f"{settings.salt}p{k}"
+
+
+def _steps(settings: SweepSettings, history: list[tuple[Step, Observation]]) -> Step | None:
+    plan = settings.plan
+    if plan.mode != "auto":
+        fixed = plan.fixed_steps()
+        return fixed[len(history)] if len(history) < len(fixed) else None
+    return next_step(plan.auto, history, point_duration_s=plan.point_duration_s, has_slo=plan.has_slo,
+                     kind=plan.kind, cv=plan.cv)
+
+
+def _point_settings(settings: SweepSettings, step: Step, k: int) -> RunSettings:
+    plan = settings.plan
+    return replace(settings.base, arrival=step.arrival, duration_s=plan.warmup_s + step.duration_s,
+                   requests=None, warmup_s=plan.warmup_s, cooldown_s=0.0, drain_s=plan.drain_s, point=k)
+
+
+def _meta(settings: SweepSettings, workload: Workload, url: str, is_sim: bool, model: str, run_id: str,
+          sim_flags: list[str]) -> dict[str, Any]:
+    plan = settings.plan
+    base = settings_json(replace(settings.base, duration_s=plan.point_duration_s, warmup_s=plan.warmup_s,
+                                 drain_s=plan.drain_s))
+    base["arrival"] = {"kind": plan.kind if plan.mode != "concurrency" else "closed", "cv": plan.cv,
+                       "label": f"sweep ({plan.mode}; see points)"}
+    return {
+        "run_id": run_id,
+        "tool": {"name": "loadgen", "version": __version__},
+        "command": list(sys.argv[1:]),
+        "endpoint": endpoint_label(url),
+        "simulator": {"flags": sim_flags} if is_sim else None,
+        "model": model,
+        "settings": base,
+        "workload": workload.describe(),
+        "host": host_info(),
+        "started_wall_ns": time.time_ns(),
+        "sweep": {
+            "mode": plan.mode,
+            "point_duration_s": plan.point_duration_s,
+            "warmup_s": plan.warmup_s,
+            "drain_s": plan.drain_s,
+            "auto": asdict(plan.auto) if plan.mode == "auto" else None,
+            "plan": plan.describe(),
+            "slo": slo_to_json(settings.slo, settings.slo_name, plan.auto.target_pct),
+            "gpus": settings.gpus,
+            "prices": settings.prices,
+            "point_salt": settings.point_salt,
+            "salt": settings.salt,
+        },
+        "points": [],
+    }
+
+
+def run_sweep(
+    settings: SweepSettings,
+    make_workload: Callable[[str], Workload],
+    out: Path,
+    *,
+    api_key: str | None = None,
+    sim_flags: list[str] | None = None,
+    on_point: Callable[[PointResult], None] | None = None,
+    on_engine: Callable[[Engine], None] | None = None,
+) -> SweepResult:
+    """Send every point of the plan (or of the search), then compact the records.
+
+    ``make_workload(salt)`` builds the workload for one point; run.json is
+    rewritten after every point, so an interrupted sweep is still a valid run folder.
+    """
+    probe = make_workload(point_salt(settings, 0))
+    if probe.offsets_ns() is not None:
+        raise ConfigError("a trace workload fixes its own arrival times, so it cannot be swept; "
+                          "use loadgen run (with the trace's time scaling) instead")
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.glob("records*.arrows")) or (out / "records.parquet").exists():
+        raise ConfigError(f"--out {out}: already holds records; choose an empty folder")
+    run_id = new_run_id()
+    flags = sim_flags or []
+    with target(settings.base.endpoint, flags) as (url, is_sim):
+        model = settings.base.model or asyncio.run(discover_model(url, api_key))
+        meta = _meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags)
+        write_json(out / "run.json", meta)
+        result = SweepResult(out, run_id, [])
+        history: list[tuple[Step, Observation]] = []
+        try:
+            with scraping_server_metrics(settings.base, url, out, meta):
+                while (step := _steps(settings, history)) is not None:
+                    k = len(history)
+                    point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), url, model, out,
+                                       run_id, api_key, on_engine)
+                    history.append((step, point.observation))
+                    result.points.append(point)
+                    meta["points"].append(_point_json(settings, step, k, point))
+                    write_json(out / "run.json", meta)
+                    if on_point:
+                        on_point(point)
+                    if point.client.get("interrupted"):
+                        result.interrupted = True
+                        break
+            if settings.plan.mode == "auto":
+                meta["sweep"]["search_end"] = search_end(settings.plan.auto, history)
+            if is_sim:
+                meta["simulator"].update(asyncio.run(simulator_health(url)))
+        finally:
+            compact(out)
+            meta["finished_wall_ns"] = time.time_ns()
+            write_json(out / "run.json", meta)
+    return result
+
+
+def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, url: str, model: str,
+               out: Path, run_id: str, api_key: str | None,
+               on_engine: Callable[[Engine], None] | None) -> PointResult:
+    ps = _point_settings(settings, step, k)
+    stem = f"records-p{k:03d}"
+    client = run_point(ps, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine, stem=stem)
+    streams = sorted(out.glob(f"{stem}*.arrows"))  # one per worker process
+    table = pa.concat_tables([read_stream(p) for p in streams]) if streams else SCHEMA.empty_table()
+    window, problem = point_window(table, ps.warmup_s)
+    summary = summarize(table, window, settings.slo)
+    rate = step.rate if step.arrival.kind != "closed" else summary.offered_rps
+    obs = observe(summary, rate, settings.base.lag_limit_ms)
+    if client.get("sends_delayed_by_max_inflight") or client.get("cpu_utilisation", 0.0) >= 0.95:
+        obs = replace(obs, client_limited=True)
+    warns = validity_warnings(summary, lag_p99_limit_ms=settings.base.lag_limit_ms) if summary.requests else []
+    warns = compact_warnings(warns) + ([problem] if problem else [])
+    return PointResult(k, step, summary, obs, client, warns)
+
+
+def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult) -> dict[str, Any]:
+    return {
+        "index": k,
+        **step.to_json(),
+        "warmup_s": settings.plan.warmup_s,
+        "cooldown_s": 0.0,
+        "lag_limit_ms": settings.base.lag_limit_ms,
+        "salt": point_salt(settings, k),
+        "client": point.client,
+    }

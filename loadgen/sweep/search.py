@@ -1,0 +1,290 @@
+"""The sweep's automatic search: which load points to send, as pure functions of what was observed.
+
+A sweep is a list of load points (rates or concurrencies) or an automatic search
+(``--auto``) in the spirit of MLPerf's peak search:
+
+1. **ramp**: from a light rate, multiply by ``factor`` until the endpoint saturates,
+   i.e. achieved throughput stops keeping up with the offered rate (or stops
+   rising while the offered rate still does), or the client itself falls behind;
+2. **spread**: place points at fractions of the capacity found, where the Pareto
+   curve bends (the geometric ramp leaves that region sparse);
+3. **bisect** (with an SLO): between the highest rate that meets the SLO
+   attainment target and the lowest that misses it, until the bracket is within
+   ``tolerance``. Bisection points run long enough that a clean pass can be
+   *confirmed* (Clopper-Pearson lower bound of attainment >= target).
+
+Nothing here sends or reads a clock: ``next_step`` maps the history of
+(step, observation) pairs to the next step, so the search is tested with
+made-up observations and a sweep is replayable from its run.json.
+
+The SLO statistics it uses live in ``attainment.py``; the sweep's plan (a fixed list or
+this search, timing per point) and list parsing in ``sweep.py``, which re-exports all of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.analysis.attainment import samples_to_confirm
+from loadgen.analysis.metrics import Summary
+from loadgen.errors import ConfigError
+from loadgen.schedule import Arrival
+
+__all__ = [
+    "AutoSearch",
+    "Observation",
+    "Step",
+    "observe",
+    "saturation_reason",
+    "served_rps",
+    "capacity_estimate",
+    "next_step",
+    "search_end",
+]
+
+
+@dataclass(frozen=True)
+class AutoSearch:
+    """Knobs of the automatic search; the defaults keep a bare ``loadgen sweep`` under ~2 minutes."""
+
+    start_rate: float = 2.0
+    factor: float = 2.0
+    max_rate: float = 256.0
+    max_ramp: int = 8
+    spread: tuple[float, ...] = (0.5, 0.75, 0.9)  # fractions of the capacity found
+    keep_up: float = 0.9  # completed / offered below this: the endpoint is not keeping up
+    min_gain: float = 0.1  # throughput rising less than this while load rose 1.5x: saturated
+    target_pct: float = 99.0  # SLO attainment target
+    confidence: float = 0.95
+    tolerance: float = 0.1  # bisection stops when hi / lo <= 1 + tolerance
+    max_bisect: int = 4
+    max_stretch: float = 3.0  # a bisection point may run this many point durations to gather samples
+
+    def __post_init__(self) -> None:
+        if not (self.start_rate > 0 and math.isfinite(self.start_rate)):
+            raise ConfigError(f"--start-rate {self.start_rate}: must be > 0 req/s")
+        if not self.factor > 1:
+            raise ConfigError(f"ramp factor {self.factor}: must be > 1")
+        if not self.max_rate >= self.start_rate:
+            raise ConfigError(f"--max-rate {self.max_rate}: must be >= the start rate {self.start_rate}")
+        if not 0 < self.target_pct < 100:
+            raise ConfigError(f"--slo-target {self.target_pct}: must be a percentage strictly between 0 and 100")
+        if not 0 < self.confidence < 1:
+            raise ConfigError(f"confidence {self.confidence}: must be strictly between 0 and 1")
+        if any(not 0 < f < 1 for f in self.spread):
+            raise ConfigError("spread fractions must be strictly between 0 and 1")
+        if self.max_ramp < 1 or self.max_bisect < 0 or self.max_stretch < 1:
+            raise ConfigError("max_ramp >= 1, max_bisect >= 0 and max_stretch >= 1 are required")
+
+    @property
+    def max_ramp_points(self) -> int:
+        """Ramp points the rate range allows (start, start*f, ... <= max_rate), at most max_ramp."""
+        n = int(math.floor(math.log(self.max_rate / self.start_rate) / math.log(self.factor) + 1e-9)) + 1
+        return max(1, min(self.max_ramp, n))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the search needs from one measured point (built from its Summary by ``observe``)."""
+
+    rate: float  # target offered rate, req/s
+    offered_rps: float
+    completed_rps: float
+    output_tps: float
+    expected_output_tps: float  # offered x mean requested output tokens; NaN when unknown
+    ttft_p50_ms: float
+    lag_p99_ms: float
+    failed_pct: float
+    met: int | None = None  # requests that met every SLO bound (None without an SLO)
+    n: int = 0  # requests scheduled in the window
+    client_limited: bool = False
+
+    @property
+    def keep_up_ratio(self) -> float:
+        """Fraction of the offered load the endpoint delivered (tokens when known, else requests)."""
+        if self.expected_output_tps > 0 and math.isfinite(self.expected_output_tps):
+            return self.output_tps / self.expected_output_tps
+        if self.offered_rps > 0:
+            return self.completed_rps / self.offered_rps
+        return math.nan
+
+    @property
+    def attainment(self) -> float | None:
+        return None if self.met is None or self.n == 0 else self.met / self.n
+
+
+def observe(summary: Summary, rate: float, lag_limit_ms: float = 10.0) -> Observation:
+    """The search's view of a point: throughput delivered vs offered, latency, SLO counts."""
+    s = summary
+    requested = s.output_requested_mean
+    expected = s.offered_rps * requested if requested == requested else math.nan
+    lag = s.schedule_lag.pct(99)[0] if s.schedule_lag.n else math.nan
+    # The search stops on a client that is behind on most sends (the median), not on a few late ones
+    # (a busy host delays single sends by ~10 ms; validity warnings still flag the p99).
+    lag50 = s.schedule_lag.pct(50)[0] if s.schedule_lag.n >= 10 else math.nan
+    return Observation(
+        rate=rate,
+        offered_rps=s.offered_rps,
+        completed_rps=s.completed_rps,
+        output_tps=s.output_tps,
+        expected_output_tps=expected,
+        ttft_p50_ms=s.ttft.pct(50)[0] if s.ttft.n else math.nan,
+        lag_p99_ms=lag,
+        failed_pct=100.0 * s.failed / s.requests if s.requests else 0.0,
+        met=s.slo_met,
+        n=s.requests,
+        client_limited=bool(lag50 == lag50 and lag50 > lag_limit_ms),
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One load point to send: its arrival, how long, and why the planner chose it."""
+
+    arrival: Arrival
+    phase: str  # "list" | "ramp" | "spread" | "bisect"
+    why: str
+    duration_s: float  # measurement window (warm-up comes on top)
+
+    @property
+    def rate(self) -> float:
+        return float(self.arrival.rate) if self.arrival.rate is not None else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "why": self.why, "duration_s": self.duration_s,
+                "arrival": {"kind": self.arrival.kind, "rate": self.arrival.rate, "cv": self.arrival.cv,
+                            "concurrency": self.arrival.concurrency, "label": str(self.arrival)}}
+
+
+# --------------------------------------------------------------------------- saturation
+
+
+def saturation_reason(prev: Observation | None, cur: Observation, cfg: AutoSearch) -> str | None:
+    """Why ``cur`` is past saturation, or None while throughput still follows the load."""
+    ratio = cur.keep_up_ratio
+    if ratio == ratio and ratio < cfg.keep_up:
+        return (f"delivered {ratio:.0%} of the offered load at {cur.rate:g} req/s "
+                f"(TTFT p50 {cur.ttft_p50_ms:.0f} ms)")
+    if cur.failed_pct >= 10:
+        return f"{cur.failed_pct:.0f}% of requests failed at {cur.rate:g} req/s (rejecting load)"
+    if prev is not None and cur.rate >= 1.5 * prev.rate and prev.output_tps > 0:
+        gain = cur.output_tps / prev.output_tps - 1
+        if gain < cfg.min_gain and cur.ttft_p50_ms > prev.ttft_p50_ms:
+            return (f"output tok/s rose only {gain:+.0%} from {prev.rate:g} to {cur.rate:g} req/s "
+                    f"while TTFT p50 climbed {prev.ttft_p50_ms:.0f} -> {cur.ttft_p50_ms:.0f} ms")
+    return None
+
+
+def _saturation(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> tuple[int, str] | None:
+    """(index in the ramp order, reason) of the first saturated ramp point."""
+    ramp = [obs for step, obs in history if step.phase == "ramp"]
+    for i, obs in enumerate(ramp):
+        reason = saturation_reason(ramp[i - 1] if i else None, obs, cfg)
+        if reason:
+            return i, reason
+    return None
+
+
+def served_rps(obs: Observation) -> float:
+    """Requests/s the endpoint served, from the tokens it delivered when known: at an overloaded
+    point few requests *finish* inside a short window although the engine runs flat out."""
+    ratio = obs.keep_up_ratio
+    if obs.expected_output_tps > 0 and ratio == ratio:
+        return ratio * obs.offered_rps
+    return obs.completed_rps
+
+
+def capacity_estimate(history: list[tuple[Step, Observation]]) -> float:
+    """Highest served request rate seen: what the endpoint sustains at saturation."""
+    return max((r for _, obs in history if (r := served_rps(obs)) == r), default=0.0)
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def _near(rate: float, rates: list[float], rel: float = 0.1) -> bool:
+    return any(abs(rate - r) <= rel * max(rate, r) for r in rates)
+
+
+def _open(rate: float, kind: str, cv: float | None) -> Arrival:
+    return Arrival(kind, rate=_round_rate(rate), cv=cv if kind == "gamma" else None)
+
+
+def _round_rate(rate: float) -> float:
+    """Three significant digits: readable labels, and replays give identical schedules."""
+    return float(f"{rate:.3g}")
+
+
+def next_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], *, point_duration_s: float,
+              has_slo: bool, kind: str = "poisson", cv: float | None = None) -> Step | None:
+    """The next load point of the automatic search, or None when it is done."""
+    ramp = [(s, o) for s, o in history if s.phase == "ramp"]
+    sat = _saturation(history, cfg)
+    if sat is None and ramp:
+        last = ramp[-1][1]
+        nxt = last.rate * cfg.factor
+        if not last.client_limited and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
+            return Step(_open(nxt, kind, cv), "ramp", f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s",
+                        point_duration_s)
+    elif not ramp:
+        return Step(_open(cfg.start_rate, kind, cv), "ramp", "light load", point_duration_s)
+    rates = [o.rate for _, o in history]
+    if sat is not None:
+        cap = capacity_estimate(history)
+        for f in sorted(cfg.spread):
+            r = _round_rate(f * cap)
+            if r > 0 and not _near(r, rates):
+                return Step(_open(r, kind, cv), "spread", f"{f:.0%} of the capacity found ({cap:.3g} req/s)",
+                            point_duration_s)
+    if has_slo:
+        return _bisect_step(cfg, history, point_duration_s, kind, cv)
+    return None
+
+
+def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]]) -> str:
+    """Why the ramp stopped, in words (for the report when saturation was not reached)."""
+    sat = _saturation(history, cfg)
+    if sat is not None:
+        return f"saturated: {sat[1]}"
+    ramp = [o for s, o in history if s.phase == "ramp"]
+    if not ramp:
+        return "no ramp point was measured"
+    last = ramp[-1]
+    if last.client_limited:
+        return (f"stopped at {last.rate:g} req/s: the client fell behind its schedule "
+                f"(lag p99 {last.lag_p99_ms:.1f} ms); the endpoint was not saturated by then")
+    if len(ramp) >= cfg.max_ramp:
+        return f"stopped after {len(ramp)} ramp points without saturating (raise max_ramp)"
+    return f"reached --max-rate {cfg.max_rate:g} req/s without saturating the endpoint"
+
+
+def _bisect_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], point_duration_s: float,
+                 kind: str, cv: float | None) -> Step | None:
+    if sum(1 for s, _ in history if s.phase == "bisect") >= cfg.max_bisect:
+        return None
+    target = cfg.target_pct / 100.0
+    pts = sorted((o.rate, o.attainment) for _, o in history if o.attainment is not None)
+    if not pts:
+        return None
+    misses = [r for r, a in pts if a is not None and a < target]
+    if not misses:
+        return None  # every point met the SLO: capacity at SLO >= the highest rate sent
+    hi = min(misses)
+    passes = [r for r, a in pts if a is not None and a >= target and r < hi]
+    if passes:
+        lo = max(passes)
+        if hi / lo <= 1 + cfg.tolerance:
+            return None
+        rate, why = math.sqrt(lo * hi), f"bisect: met at {lo:g}, missed at {hi:g} req/s"
+    else:
+        rate, why = hi / cfg.factor, f"every point missed the SLO; stepping below {hi:g} req/s"
+        if rate < cfg.start_rate / cfg.factor**2:
+            return None
+    rate = _round_rate(rate)
+    if _near(rate, [r for r, _ in pts], rel=0.01):
+        return None
+    need = samples_to_confirm(cfg.target_pct, cfg.confidence)
+    duration = min(max(point_duration_s, need / rate), cfg.max_stretch * point_duration_s)
+    return Step(_open(rate, kind, cv), "bisect", why, round(duration, 3))

@@ -1,0 +1,1 @@
+"""Traffic: what each request sends, as a pure function of (workload spec, seed, index)."""

@@ -1,0 +1,1 @@
+"""Trace replay: real traces read into workloads, one module per format."""
