@@ -43,21 +43,39 @@ from loadgen.workload.load import SyntheticChat
 
 
 def _chunk(i: int) -> bytes:
-    body = {"id": "b", "object": "chat.completion.chunk", "created": 0, "model": "bench",
-            "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}]}
+    body = {
+        "id": "b",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench",
+        "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}],
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def _tail(n: int) -> bytes:
-    fin = {"id": "b", "object": "chat.completion.chunk", "created": 0, "model": "bench",
-           "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
-    usage = {"id": "b", "object": "chat.completion.chunk", "created": 0, "model": "bench", "choices": [],
-             "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}}
+    fin = {
+        "id": "b",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+    }
+    usage = {
+        "id": "b",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench",
+        "choices": [],
+        "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8},
+    }
     return b"data: " + orjson.dumps(fin) + b"\n\ndata: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n"
 
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-        b"Connection: keep-alive\r\n\r\n")
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    b"Connection: keep-alive\r\n\r\n"
+)
 
 
 def _framed(data: bytes) -> bytes:
@@ -85,7 +103,7 @@ class _Conn(asyncio.Protocol):
             length = int(head.split(b"content-length:")[1].split(b"\r\n")[0]) if b"content-length:" in head else 0
             if len(self.buf) < head_end + 4 + length:
                 return
-            self.buf = self.buf[head_end + 4 + length:]
+            self.buf = self.buf[head_end + 4 + length :]
             self.s.start(self)
 
 
@@ -146,8 +164,9 @@ def _start_server(tokens: int, gap_s: float) -> tuple[mp.Process, str]:
     return p, f"http://127.0.0.1:{q.get(timeout=30)}/v1"
 
 
-async def _drive(url: str, tokens: int, path: Path, *, offsets_ns: np.ndarray | None = None,
-                 users: int = 0, count: int = 0) -> tuple[Engine, float, float]:
+async def _drive(
+    url: str, tokens: int, path: Path, *, offsets_ns: np.ndarray | None = None, users: int = 0, count: int = 0
+) -> tuple[Engine, float, float]:
     """One engine run: open loop at ``offsets_ns``, or ``users`` closed-loop users sending ``count`` requests."""
     cfg = EngineConfig(url=url, model="bench", run_id="bench", flush_interval_s=0.2)
     session = SyntheticChat(input_tokens=8, output_tokens=tokens).session
@@ -182,9 +201,11 @@ def part_a(streams: int, tokens: int, tmp: Path, rounds: int = 20, repeats: int 
         cost[n] = float(np.median(runs))
     per_request = cost[1]
     per_token = (cost[tokens] * tokens - per_request) / (tokens - 1)
-    print(f"(a) {streams} streams x {tokens} tokens, one token per chunk, server writing back to back, "
-          f"{rounds} rounds ({aio.loop_name()}): client CPU {cost[tokens]:.2f} us/token (target <= 4) "
-          f"= {per_request:.0f} us per request + {per_token:.2f} us per further token")
+    print(
+        f"(a) {streams} streams x {tokens} tokens, one token per chunk, server writing back to back, "
+        f"{rounds} rounds ({aio.loop_name()}): client CPU {cost[tokens]:.2f} us/token (target <= 4) "
+        f"= {per_request:.0f} us per request + {per_token:.2f} us per further token"
+    )
 
 
 def part_bc(streams: int, gap_ms: float, tmp: Path, memory: bool = True) -> float:
@@ -203,14 +224,20 @@ def part_bc(streams: int, gap_ms: float, tmp: Path, memory: bool = True) -> floa
     gaps = np.concatenate([np.diff(np.asarray(c)) for c in rec["chunk_ns"] if len(c) > 1]) / 1e6
     err = gaps - gap_ms
     n_tok = sum(rec["output_tokens"])
-    print(f"(b) {streams} streams, {gap_ms:g} ms between tokens, one client core: {rec['status'].count('ok')} ok; "
-          f"client CPU {cpu / wall:.0%} of a core, {cpu * 1e6 / max(n_tok, 1):.1f} us/token")
-    print(f"    schedule lag p50 {np.percentile(lag, 50):.2f} ms, p99 {np.percentile(lag, 99):.2f} ms "
-          f"(target p99 <= 5); ITL error p50 {np.percentile(err, 50):+.2f} ms, "
-          f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag max {engine.live.loop_lag_max_ms:.1f} ms")
+    print(
+        f"(b) {streams} streams, {gap_ms:g} ms between tokens, one client core: {rec['status'].count('ok')} ok; "
+        f"client CPU {cpu / wall:.0%} of a core, {cpu * 1e6 / max(n_tok, 1):.1f} us/token"
+    )
+    print(
+        f"    schedule lag p50 {np.percentile(lag, 50):.2f} ms, p99 {np.percentile(lag, 99):.2f} ms "
+        f"(target p99 <= 5); ITL error p50 {np.percentile(err, 50):+.2f} ms, "
+        f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag max {engine.live.loop_lag_max_ms:.1f} ms"
+    )
     if memory:
-        print(f"(c) peak RSS grew {(rss1 - rss0) / 1024:.1f} MiB for {streams} in-flight streams: "
-              f"{(rss1 - rss0) / streams:.1f} KB per stream (target <= 50)")
+        print(
+            f"(c) peak RSS grew {(rss1 - rss0) / 1024:.1f} MiB for {streams} in-flight streams: "
+            f"{(rss1 - rss0) / streams:.1f} KB per stream (target <= 50)"
+        )
     return float(np.percentile(lag, 99))
 
 
@@ -256,8 +283,10 @@ def part_floor(streams: int, gap_ms: float) -> None:
         cpu, reads = aio.run(main())
     finally:
         proc.kill()
-    print(f"floor: a bare {aio.loop_name()} Protocol reading the same {streams} streams spends "
-          f"{cpu * 1e6 / reads:.1f} us per read (connections included): this machine's cost before any HTTP or SSE")
+    print(
+        f"floor: a bare {aio.loop_name()} Protocol reading the same {streams} streams spends "
+        f"{cpu * 1e6 / reads:.1f} us per read (connections included): this machine's cost before any HTTP or SSE"
+    )
 
 
 def main() -> None:
@@ -287,8 +316,10 @@ def main() -> None:
                 if part_bc(n, args.gap_ms, Path(d), memory=False) <= 5.0:
                     kept_up = n
                     break
-            print(f"one client core keeps lag p99 <= 5 ms up to about {kept_up} streams at {args.gap_ms:g} ms "
-                  f"({kept_up * 1e3 / args.gap_ms:,.0f} reads/s)")
+            print(
+                f"one client core keeps lag p99 <= 5 ms up to about {kept_up} streams at {args.gap_ms:g} ms "
+                f"({kept_up * 1e3 / args.gap_ms:,.0f} reads/s)"
+            )
 
 
 if __name__ == "__main__":

@@ -124,16 +124,26 @@ def _steal_s(cpu: int) -> float:
     return 0.0
 
 
-def _measure(url: str, sim_pid: int, model: str, concurrency: int, seconds: float, warmup: float,
-             out_tokens: int) -> dict[str, Any]:
+def _measure(
+    url: str, sim_pid: int, model: str, concurrency: int, seconds: float, warmup: float, out_tokens: int
+) -> dict[str, Any]:
     """Load the simulator for ``warmup`` + ``seconds``; figures are over the last ``seconds`` only
     (the first arrivals all land at once: a ramp, not the steady state being measured)."""
     hostport = url.split("//")[1].split("/")[0]
     host, port = hostport.rsplit(":", 1)
-    body = orjson.dumps({"model": model, "stream": True, "max_tokens": out_tokens, "ignore_eos": True,
-                         "messages": [{"role": "user", "content": "the of and to in " * 20}]})
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    body = orjson.dumps(
+        {
+            "model": model,
+            "stream": True,
+            "max_tokens": out_tokens,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": "the of and to in " * 20}],
+        }
+    )
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     stop = threading.Event()
     answers: list[int] = []
     client = threading.Thread(target=lambda: answers.append(_load(host, int(port), request, concurrency, stop)))
@@ -156,14 +166,21 @@ def _measure(url: str, sim_pid: int, model: str, concurrency: int, seconds: floa
     def delta(name: str) -> float:
         return after.get(f"vllm:{name}", 0.0) - before.get(f"vllm:{name}", 0.0)
 
-    return {"answers": answers[0] if answers else 0, "tokens_per_s": delta("generation_tokens_total") / wall,
-            "steps": delta("steps_total"), "late": delta("late_steps_total"),
-            "max_late_ms": after.get("vllm:max_lateness_seconds", 0.0) * 1e3,
-            "requests": delta("request_success_total"), "held": delta("frontend_waits_total"),
-            "held_s": delta("frontend_wait_seconds_total"),
-            "client_cpu": client_cpu / wall, "sim_cpu": sim_cpu / wall, "sim_wait": sim_wait / wall,
-            "steal": steal / wall,
-            "window_ns": (t0, t1)}
+    return {
+        "answers": answers[0] if answers else 0,
+        "tokens_per_s": delta("generation_tokens_total") / wall,
+        "steps": delta("steps_total"),
+        "late": delta("late_steps_total"),
+        "max_late_ms": after.get("vllm:max_lateness_seconds", 0.0) * 1e3,
+        "requests": delta("request_success_total"),
+        "held": delta("frontend_waits_total"),
+        "held_s": delta("frontend_wait_seconds_total"),
+        "client_cpu": client_cpu / wall,
+        "sim_cpu": sim_cpu / wall,
+        "sim_wait": sim_wait / wall,
+        "steal": steal / wall,
+        "window_ns": (t0, t1),
+    }
 
 
 def _floor(batch: int, period_s: float, seconds: float) -> str:
@@ -221,9 +238,11 @@ def _floor(batch: int, period_s: float, seconds: float) -> str:
     with os.fdopen(rd, "rb") as f:
         rounds_ns = np.asarray(orjson.loads(f.read()) or [0]) / 1e6
     os.waitpid(pid, 0)
-    return (f"floor (no simulator): rounds of {batch} loopback sends every {1e3 * period_s:.1f} ms from CPU 1, "
-            f"done p50 {np.median(rounds_ns):.2f} ms, p99 {np.percentile(rounds_ns, 99):.2f} ms after their instant; "
-            f"{100 * (rounds_ns > 2).mean():.1f}% of rounds late (> 2 ms)")
+    return (
+        f"floor (no simulator): rounds of {batch} loopback sends every {1e3 * period_s:.1f} ms from CPU 1, "
+        f"done p50 {np.median(rounds_ns):.2f} ms, p99 {np.percentile(rounds_ns, 99):.2f} ms after their instant; "
+        f"{100 * (rounds_ns > 2).mean():.1f}% of rounds late (> 2 ms)"
+    )
 
 
 def _truth_lateness(path: Path, window_ns: tuple[int, int], threshold_ms: float = 2.0) -> str:
@@ -243,8 +262,10 @@ def _truth_lateness(path: Path, window_ns: tuple[int, int], threshold_ms: float 
         return "truth: no tokens in the window"
     steps = np.asarray([w - m for m, w in last.items()]) / 1e6
     tok = np.asarray(lateness) / 1e6
-    return (f"truth: {100 * (steps > threshold_ms).mean():.1f}% of {len(steps)} steps late; token write lateness "
-            f"p50 {np.median(tok):.2f} ms, p99 {np.percentile(tok, 99):.2f} ms, max {tok.max():.1f} ms")
+    return (
+        f"truth: {100 * (steps > threshold_ms).mean():.1f}% of {len(steps)} steps late; token write lateness "
+        f"p50 {np.median(tok):.2f} ms, p99 {np.percentile(tok, 99):.2f} ms, max {tok.max():.1f} ms"
+    )
 
 
 def main() -> None:
@@ -256,12 +277,24 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=1.5, help="seconds of load before measuring")
     ap.add_argument("--output-tokens", type=int, default=256)
     ap.add_argument("--concurrency", default="32,64,68,72,80,96,128,256")
-    ap.add_argument("--truth", action="store_true",
-                    help="also recompute the lateness from the simulator's ground truth (--truth file)")
-    ap.add_argument("--loop", default="auto", choices=("auto", "uvloop", "asyncio", "both"),
-                    help="the simulator's event loop (auto: uvloop where installed); both: each in turn")
-    ap.add_argument("--floor", type=int, default=0, metavar="BATCH",
-                    help="first time rounds of BATCH bare loopback sends every 3.3 ms from the simulator's core")
+    ap.add_argument(
+        "--truth",
+        action="store_true",
+        help="also recompute the lateness from the simulator's ground truth (--truth file)",
+    )
+    ap.add_argument(
+        "--loop",
+        default="auto",
+        choices=("auto", "uvloop", "asyncio", "both"),
+        help="the simulator's event loop (auto: uvloop where installed); both: each in turn",
+    )
+    ap.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="BATCH",
+        help="first time rounds of BATCH bare loopback sends every 3.3 ms from the simulator's core",
+    )
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     if args.floor:
@@ -283,16 +316,24 @@ def _report(loop: str, c: int, r: dict[str, Any]) -> bool:
     """Print one level's figures; whether it was on time (< 1 % of steps late)."""
     late_pct = 100 * r["late"] / max(r["steps"], 1)
     on_time = late_pct < 1.0
-    held = (f"; {int(r['held'])} of ~{int(r['requests'])} requests held for headroom, "
-            f"{1e3 * r['held_s'] / r['held']:.1f} ms on average") if r["held"] else ""
-    print(f"{loop:7s} concurrency {c:4d}: {r['tokens_per_s']:9.0f} tokens/s emitted, {int(r['steps'])} steps, "
-          f"{late_pct:5.1f}% late (max since start {r['max_late_ms']:.1f} ms) "
-          f"{'on time' if on_time else 'BEHIND'}; "
-          f"CPU: sim {100 * r['sim_cpu']:.0f}% (+{100 * r['sim_wait']:.1f}% waiting for its core, "
-          f"{100 * r['steal']:.1f}% stolen by the hypervisor), "
-          f"client {100 * r['client_cpu']:.0f}%{held}"
-          + ("  (client near saturation: the figure may be the client's)" if r["client_cpu"] > 0.8 else ""),
-          flush=True)
+    held = (
+        (
+            f"; {int(r['held'])} of ~{int(r['requests'])} requests held for headroom, "
+            f"{1e3 * r['held_s'] / r['held']:.1f} ms on average"
+        )
+        if r["held"]
+        else ""
+    )
+    print(
+        f"{loop:7s} concurrency {c:4d}: {r['tokens_per_s']:9.0f} tokens/s emitted, {int(r['steps'])} steps, "
+        f"{late_pct:5.1f}% late (max since start {r['max_late_ms']:.1f} ms) "
+        f"{'on time' if on_time else 'BEHIND'}; "
+        f"CPU: sim {100 * r['sim_cpu']:.0f}% (+{100 * r['sim_wait']:.1f}% waiting for its core, "
+        f"{100 * r['steal']:.1f}% stolen by the hypervisor), "
+        f"client {100 * r['client_cpu']:.0f}%{held}"
+        + ("  (client near saturation: the figure may be the client's)" if r["client_cpu"] > 0.8 else ""),
+        flush=True,
+    )
     if r.get("truth"):
         print("                          " + r["truth"], flush=True)
     return on_time

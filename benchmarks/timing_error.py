@@ -28,15 +28,22 @@ def main() -> None:
     for rate in (float(r) for r in args.rates.split(",")):
         with tempfile.TemporaryDirectory() as d:
             truth = Path(d) / "truth.jsonl"
-            settings = RunSettings(endpoint=None, model=None, arrival=Arrival("poisson", rate=rate),
-                                   duration_s=args.seconds)
-            execute(settings, SyntheticChat(input_tokens=256, output_tokens=64), Path(d) / "run",
-                    sim_flags=["--truth", str(truth)])
+            settings = RunSettings(
+                endpoint=None, model=None, arrival=Arrival("poisson", rate=rate), duration_s=args.seconds
+            )
+            execute(
+                settings,
+                SyntheticChat(input_tokens=256, output_tokens=64),
+                Path(d) / "run",
+                sim_flags=["--truth", str(truth)],
+            )
             err = timing_error(read_records(Path(d) / "run"), truth)
         p = err.percentiles()
-        print(f"{rate:6g} req/s ({err.matched} requests): TTFT error p50 {p['ttft'][0]:.3f} p99 {p['ttft'][1]:.3f} ms; "
-              f"token p50 {p['token'][0]:.3f} p99 {p['token'][1]:.3f} ms; |ITL error| p50 {p['itl'][0]:.3f} "
-              f"p99 {p['itl'][1]:.3f} ms")
+        print(
+            f"{rate:6g} req/s ({err.matched} requests): TTFT error p50 {p['ttft'][0]:.3f} p99 {p['ttft'][1]:.3f} ms; "
+            f"token p50 {p['token'][0]:.3f} p99 {p['token'][1]:.3f} ms; |ITL error| p50 {p['itl'][0]:.3f} "
+            f"p99 {p['itl'][1]:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

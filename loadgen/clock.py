@@ -20,7 +20,6 @@ timer. Only one task per process should wait this way at a time (the dispatcher,
 the simulator's engine loop): a thousand spinning tasks would burn a core.
 """
 
-
 from __future__ import annotations
 
 import asyncio
@@ -121,6 +120,7 @@ def quiet_gc() -> Iterator[None]:
             gc.set_threshold(*old)
             gc.unfreeze()
 
+
 # Below this much time left, yield instead of arming a timer. A timer armed for
 # (delay - SPIN_NS) wakes within [due - SPIN_NS, due + 1 ms - SPIN_NS), so this
 # trades at most ~0.5 ms of lateness against at most ~0.5 ms of yielding per wait.
@@ -151,8 +151,14 @@ class SpinMeter:
             cls.spun_ns += now - cls._since
 
 
-async def sleep_until(due_ns: int, clock: Callable[[], int] = time.perf_counter_ns,
-                      wake: asyncio.Event | None = None, *, spin_ns: int = SPIN_NS, nap_ns: int = 0) -> bool:
+async def sleep_until(
+    due_ns: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    wake: asyncio.Event | None = None,
+    *,
+    spin_ns: int = SPIN_NS,
+    nap_ns: int = 0,
+) -> bool:
     """Return at ``due_ns`` (or just after); early with False if ``wake`` is set first.
 
     ``spin_ns``: how long before the instant to stop arming timers. asyncio's timers can wake up

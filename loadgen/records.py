@@ -222,9 +222,7 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
     """
     run = Path(run_dir)
     paths = sorted(streams) if streams is not None else sorted(run.glob("records*.arrows"))
-    table = (
-        pa.concat_tables([read_stream(p) for p in paths]) if paths else SCHEMA.empty_table()
-    )
+    table = pa.concat_tables([read_stream(p) for p in paths]) if paths else SCHEMA.empty_table()
     table = table.sort_by([("point", "ascending"), ("t_sched", "ascending")])
     tmp = run / (PARQUET_NAME + ".tmp")
     pq.write_table(table, tmp, compression="zstd")

@@ -68,9 +68,7 @@ class Arrival:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ScheduleError(
-                f"arrival kind {self.kind!r} is unknown; use one of {', '.join(KINDS)}"
-            )
+            raise ScheduleError(f"arrival kind {self.kind!r} is unknown; use one of {', '.join(KINDS)}")
         if self.kind == "closed":
             self._check_closed()
         else:
@@ -98,8 +96,7 @@ class Arrival:
         if self.kind == "gamma":
             if not _positive_finite(self.cv):
                 raise ScheduleError(
-                    f"gamma arrivals need a coefficient of variation cv > 0 (e.g. gamma:2.0), "
-                    f"got {self.cv!r}"
+                    f"gamma arrivals need a coefficient of variation cv > 0 (e.g. gamma:2.0), got {self.cv!r}"
                 )
         elif self.cv is not None:
             raise ScheduleError(f"cv applies only to gamma arrivals, not to {self.kind}")
@@ -161,9 +158,7 @@ def offsets_ns(
     one with the same seed.
     """
     if arrival.kind == "closed":
-        raise ScheduleError(
-            "a closed loop has no schedule: the engine issues a request when one completes"
-        )
+        raise ScheduleError("a closed loop has no schedule: the engine issues a request when one completes")
     limit_ns, n_max = _bounds(arrival, duration_s, count)
     if arrival.kind == "constant":
         return _constant(arrival.rate, limit_ns, n_max)  # type: ignore[arg-type]
@@ -181,12 +176,8 @@ def _bounds(arrival: Arrival, duration_s: float | None, count: int | None) -> tu
         n_max = int(count)
     limit_ns = -1
     if duration_s is not None:
-        if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s)) or (
-            duration_s < 0
-        ):
-            raise ScheduleError(
-                f"duration must be a finite number of seconds >= 0, got {duration_s!r}"
-            )
+        if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s)) or (duration_s < 0):
+            raise ScheduleError(f"duration must be a finite number of seconds >= 0, got {duration_s!r}")
         limit_ns = round(duration_s * 1e9)
         expected = duration_s * arrival.rate  # type: ignore[operator]
         if count is None and expected > MAX_REQUESTS:

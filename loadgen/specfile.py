@@ -114,8 +114,9 @@ def apply_overrides(doc: LineDict, overrides: Mapping[str, Any] | None, file: st
 class Fields:
     """Typed, located reads from one mapping of a spec; see the module docstring."""
 
-    def __init__(self, data: LineDict, file: str, base: Path | None = None, prefix: str = "",
-                 line: int | None = None) -> None:
+    def __init__(
+        self, data: LineDict, file: str, base: Path | None = None, prefix: str = "", line: int | None = None
+    ) -> None:
         self.data = data
         self.line = data.line if line is None else line  # of the key that holds this mapping
         self.file = file

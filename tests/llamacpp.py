@@ -134,14 +134,25 @@ def start_llamacpp(
     are idle while they wait, so the default is generous.)
     """
     model = model or tiny_model()
-    cfg = {"model": str(model), "port": 0, "n_parallel": n_parallel, "n_ctx": n_ctx, "threads": threads,
-           "http_threads": http_threads, "metrics": metrics, "cache_prompt": cache_prompt, "alias": alias,
-           "lifetime_s": lifetime_s, "verbosity": verbosity}
+    cfg = {
+        "model": str(model),
+        "port": 0,
+        "n_parallel": n_parallel,
+        "n_ctx": n_ctx,
+        "threads": threads,
+        "http_threads": http_threads,
+        "metrics": metrics,
+        "cache_prompt": cache_prompt,
+        "alias": alias,
+        "lifetime_s": lifetime_s,
+        "verbosity": verbosity,
+    }
     errlog = tempfile.TemporaryFile(mode="w+")  # a pipe nobody drains could block the server
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(cfg)], stdout=subprocess.PIPE,
-                            stderr=errlog, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, json.dumps(cfg)], stdout=subprocess.PIPE, stderr=errlog, text=True, env=env
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -149,7 +160,7 @@ def start_llamacpp(
         if ready:
             line = proc.stdout.readline()
             if line.startswith(READY):
-                root = line[len(READY):].strip().rstrip("/")
+                root = line[len(READY) :].strip().rstrip("/")
                 return LlamaServer(proc, root, errlog, model, alias, time.perf_counter() - t0, cfg)
             if not line and proc.poll() is not None:
                 break

@@ -121,8 +121,12 @@ def test_error_shape(wire: Wire, status: str) -> None:
 def _stream(times_ms: list[float], total_ms: float, start_ms: float = 0.0, end_ms: float | None = None) -> Stream:
     """A chat stream whose output chunks arrived at the given times."""
     ns = [int(t * 1e6) for t in times_ms]
-    w = Wire(status=200, content_type="text/event-stream", t_sent=int(start_ms * 1e6),
-             t_done=int((end_ms if end_ms is not None else start_ms + total_ms) * 1e6))
+    w = Wire(
+        status=200,
+        content_type="text/event-stream",
+        t_sent=int(start_ms * 1e6),
+        t_done=int((end_ms if end_ms is not None else start_ms + total_ms) * 1e6),
+    )
     chunk = b'data: {"choices":[{"index":0,"delta":{"content":" a"},"finish_reason":null}]}\n\n'
     w.reads = [(t, chunk) for t in ns] + [(w.t_done, b"data: [DONE]\n\n")]
     return Stream.read(w, "chat")
@@ -140,7 +144,6 @@ def test_overlap_verdicts() -> None:
     assert overlap(together)[0] == "pass"
     serial = [_stream([k * 200 + 10 + 5 * i for i in range(20)], 120, start_ms=k * 200) for k in range(8)]
     assert overlap(serial) == ("fail", "the 8 streams were served one at a time")
-    pairs = [_stream([(k // 2) * 200 + 10 + 5 * i for i in range(20)], 120, start_ms=(k // 2) * 200)
-             for k in range(8)]
+    pairs = [_stream([(k // 2) * 200 + 10 + 5 * i for i in range(20)], 120, start_ms=(k // 2) * 200) for k in range(8)]
     status, msg = overlap(pairs)
     assert status == "pass" and "at most 2 of 8" in msg

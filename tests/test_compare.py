@@ -49,12 +49,22 @@ GPUS = ("a100", "h200")
 
 
 def sweep_on(gpu: str, out: Path) -> Path:
-    plan = SweepPlan("rates", arrivals=(Arrival("poisson", rate=6.0), Arrival("poisson", rate=45.0)),
-                     point_duration_s=1.5, warmup_s=0.5, drain_s=1.0, has_slo=True)
+    plan = SweepPlan(
+        "rates",
+        arrivals=(Arrival("poisson", rate=6.0), Arrival("poisson", rate=45.0)),
+        point_duration_s=1.5,
+        warmup_s=0.5,
+        drain_s=1.0,
+        has_slo=True,
+    )
     base = RunSettings(endpoint=None, model=None, duration_s=2.5, warmup_s=0.5, lag_limit_ms=50.0)
     settings = SweepSettings(base=base, plan=plan, slo=SLO(ttft_ms=500.0), gpus=1, prices={"list": 3.0})
-    run_sweep(settings, lambda salt: SyntheticChat(*SHAPE, seed=0, salt=salt), out,
-              sim_flags=["--gpu", gpu, "--model", "llama-3.1-8b", "--max-num-seqs", "4"])
+    run_sweep(
+        settings,
+        lambda salt: SyntheticChat(*SHAPE, seed=0, salt=salt),
+        out,
+        sim_flags=["--gpu", gpu, "--model", "llama-3.1-8b", "--max-num-seqs", "4"],
+    )
     return out
 
 

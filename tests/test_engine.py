@@ -34,9 +34,7 @@ def _send(url: str, plan: Plan, path: Path, *, api: str = "chat", stall: tuple[f
             start = time.perf_counter_ns() + 20_000_000
             if stall:
                 at, seconds = stall
-                asyncio.get_running_loop().call_at(
-                    asyncio.get_running_loop().time() + 0.02 + at, time.sleep, seconds
-                )
+                asyncio.get_running_loop().call_at(asyncio.get_running_loop().time() + 0.02 + at, time.sleep, seconds)
             await engine.run(plan, start, grace_s=30)
 
     asyncio.run(go())
@@ -121,18 +119,22 @@ def test_every_request_gets_one_record_even_when_the_run_is_stopped(tmp_path):
     assert all(len(c) >= 1 for c in rec["chunk_ns"])  # what streamed before the stop is kept
 
 
-@pytest.mark.parametrize("faults,status", [
-    ("http500=1", "http_error"),
-    ("http429=1:2", "http_error"),
-    ("disconnect=1", "disconnected"),
-    ("malformed=1", "bad_stream"),
-])
+@pytest.mark.parametrize(
+    "faults,status",
+    [
+        ("http500=1", "http_error"),
+        ("http429=1:2", "http_error"),
+        ("disconnect=1", "disconnected"),
+        ("malformed=1", "bad_stream"),
+    ],
+)
 def test_endpoint_faults_become_records_not_crashes(tmp_path, faults, status):
     from loadgen.sim.faults import parse_faults
 
     async def go() -> dict:
-        server = SimServer(FixedModel(ttft_s=0.01, itl_s=0.002),
-                           SimConfig(model_name="sim", faults=parse_faults(faults)))
+        server = SimServer(
+            FixedModel(ttft_s=0.01, itl_s=0.002), SimConfig(model_name="sim", faults=parse_faults(faults))
+        )
         url = await server.start()
         try:
             cfg = EngineConfig(url=url, model="sim", run_id="t")

@@ -84,8 +84,13 @@ def test_clustered_percentile_is_wider() -> None:
 
 @pytest.mark.parametrize(
     ("k", "n", "share", "status", "needed"),
-    [(299, 299, 0.99, "pass", 299), (298, 298, 0.99, "inconclusive", 299), (290, 300, 0.99, "fail", None),
-     (459, 459, 0.99, "inconclusive", None), (0, 0, 0.99, "inconclusive", None)],
+    [
+        (299, 299, 0.99, "pass", 299),
+        (298, 298, 0.99, "inconclusive", 299),
+        (290, 300, 0.99, "fail", None),
+        (459, 459, 0.99, "inconclusive", None),
+        (0, 0, 0.99, "inconclusive", None),
+    ],
 )
 def test_proportion_verdicts(k: int, n: int, share: float, status: str, needed: int | None) -> None:
     m = proportion(k, n, 0.95, share, ">=")
@@ -110,14 +115,16 @@ def test_mean_and_rate_bounds() -> None:
 
 @pytest.mark.parametrize(
     ("cur", "base", "op", "status"),
-    [((100, 98, 102), (100, 98, 102), "<=", "pass"),  # same
-     ((103, 99, 107), (100, 96, 104), "<=", "pass"),  # noise
-     ((140, 130, 150), (100, 96, 104), "<=", "fail"),  # 40 % slower, surely
-     ((110, 108, 112), (100, 99, 101), "<=", "fail"),  # 10 % > 5 % tolerance, surely
-     ((106, 104, 108), (100, 99, 101), "<=", "pass"),  # over 5 % but not surely beyond it
-     ((60, 55, 65), (100, 96, 104), ">=", "fail"),  # throughput dropped
-     ((100, 90, np.inf), (100, 96, 104), "<=", "pass"),
-     ((100, -np.inf, 120), (100, 96, np.inf), "<=", "inconclusive")],
+    [
+        ((100, 98, 102), (100, 98, 102), "<=", "pass"),  # same
+        ((103, 99, 107), (100, 96, 104), "<=", "pass"),  # noise
+        ((140, 130, 150), (100, 96, 104), "<=", "fail"),  # 40 % slower, surely
+        ((110, 108, 112), (100, 99, 101), "<=", "fail"),  # 10 % > 5 % tolerance, surely
+        ((106, 104, 108), (100, 99, 101), "<=", "pass"),  # over 5 % but not surely beyond it
+        ((60, 55, 65), (100, 96, 104), ">=", "fail"),  # throughput dropped
+        ((100, 90, np.inf), (100, 96, 104), "<=", "pass"),
+        ((100, -np.inf, 120), (100, 96, np.inf), "<=", "inconclusive"),
+    ],
 )
 def test_compare(cur: tuple[float, float, float], base: tuple[float, float, float], op: str, status: str) -> None:
     from loadgen.conformance.bounds import Measurement
@@ -139,9 +146,20 @@ def test_exit_codes_and_tolerance() -> None:
 # --------------------------------------------------------------------------- run folders by hand
 
 
-def make_run(d: Path, ttft_ms: list[float], *, itl_ms: float = 10.0, tokens: int = 8, gap_ms: float = 100.0,
-             failed: int = 0, model: str = "m", turns: int = 1, meta: dict | None = None, point: int = 0,
-             append: bool = False) -> Path:
+def make_run(
+    d: Path,
+    ttft_ms: list[float],
+    *,
+    itl_ms: float = 10.0,
+    tokens: int = 8,
+    gap_ms: float = 100.0,
+    failed: int = 0,
+    model: str = "m",
+    turns: int = 1,
+    meta: dict | None = None,
+    point: int = 0,
+    append: bool = False,
+) -> Path:
     """A run folder whose request i has TTFT ttft_ms[i]; ``failed`` more requests fail."""
     d.mkdir(parents=True, exist_ok=True)
     recs = []
@@ -149,22 +167,55 @@ def make_run(d: Path, ttft_ms: list[float], *, itl_ms: float = 10.0, tokens: int
         sched = T0 + point * 10**12 + int(i * gap_ms * MS)
         first = sched + int(t * MS)
         chunks = [first + int(k * itl_ms * MS) for k in range(tokens)]
-        recs.append(Record(run_id="r", point=point, request=i, session=i // turns, turn=i % turns, model=model,
-                           t_sched=sched, t_sent=sched, t_first=first, t_last=chunks[-1], t_done=chunks[-1] + MS,
-                           chunk_ns=chunks, chunk_tokens=[1] * tokens, output_tokens=tokens,
-                           output_tokens_requested=tokens, output_tokens_source="usage", finish_reason="length"))
+        recs.append(
+            Record(
+                run_id="r",
+                point=point,
+                request=i,
+                session=i // turns,
+                turn=i % turns,
+                model=model,
+                t_sched=sched,
+                t_sent=sched,
+                t_first=first,
+                t_last=chunks[-1],
+                t_done=chunks[-1] + MS,
+                chunk_ns=chunks,
+                chunk_tokens=[1] * tokens,
+                output_tokens=tokens,
+                output_tokens_requested=tokens,
+                output_tokens_source="usage",
+                finish_reason="length",
+            )
+        )
     for j in range(failed):
         sched = T0 + point * 10**12 + int((len(ttft_ms) + j) * gap_ms * MS)
-        recs.append(Record(run_id="r", point=point, request=len(ttft_ms) + j, session=10**6 + j, t_sched=sched,
-                           t_sent=sched, t_done=sched + MS, status="http_error", http_status=500, error="boom"))
+        recs.append(
+            Record(
+                run_id="r",
+                point=point,
+                request=len(ttft_ms) + j,
+                session=10**6 + j,
+                t_sched=sched,
+                t_sent=sched,
+                t_done=sched + MS,
+                status="http_error",
+                http_status=500,
+                error="boom",
+            )
+        )
     table = pa.Table.from_batches([to_batch(recs)])
     path = d / "records.parquet"
     if append and path.exists():
         table = pa.concat_tables([pq.read_table(path), table])
     pq.write_table(table, path)
-    doc = {"run_id": "r", "endpoint": "http://127.0.0.1:1/v1", "model": model,
-           "settings": {"arrival": {"kind": "constant", "rate": 1000 / gap_ms}, "warmup_s": 0, "cooldown_s": 0},
-           "workload": {"name": "w"}}
+    doc = {
+        "run_id": "r",
+        "endpoint": "http://127.0.0.1:1/v1",
+        "model": model,
+        "settings": {"arrival": {"kind": "constant", "rate": 1000 / gap_ms}, "warmup_s": 0, "cooldown_s": 0},
+        "workload": {"name": "w"},
+    }
     doc.update(meta or {})
     (d / "run.json").write_bytes(orjson.dumps(doc))
     return d
@@ -196,8 +247,9 @@ def test_gate_pass_fail_inconclusive(tmp_path: Path) -> None:
 
 
 def test_failures_are_bounded_and_min_samples_demotes(tmp_path: Path) -> None:
-    prof = load_profile(profile(tmp_path, TTFT_P99 + '  - {metric: success_rate, bound: ">= 99 %"}\n',
-                                head="min_samples: 1000\n"))
+    prof = load_profile(
+        profile(tmp_path, TTFT_P99 + '  - {metric: success_rate, bound: ">= 99 %"}\n', head="min_samples: 1000\n")
+    )
     run = make_run(tmp_path / "r", [50.0] * 300, failed=30)
     cases = {c.name: c for c in gate_run(run, prof).cases}
     assert cases["TTFT p99"].status == "inconclusive" and "min_samples 1000" in cases["TTFT p99"].message
@@ -218,8 +270,10 @@ def test_sweep_points_and_at(tmp_path: Path) -> None:
     d = tmp_path / "sweep"
     make_run(d, [50.0] * 300, point=0)
     make_run(d, [300.0] * 300, point=1, append=True)
-    points = [{"index": 0, "settings": {"arrival": {"kind": "poisson", "rate": 2.0}}},
-              {"index": 1, "settings": {"arrival": {"kind": "poisson", "rate": 8.0}}}]
+    points = [
+        {"index": 0, "settings": {"arrival": {"kind": "poisson", "rate": 2.0}}},
+        {"index": 1, "settings": {"arrival": {"kind": "poisson", "rate": 8.0}}},
+    ]
     (d / "run.json").write_bytes(orjson.dumps({"run_id": "s", "points": points}))
     at = '  - {name: low, metric: ttft, statistic: p99, bound: "<= 200 ms", at: {rate: 2}}\n'
     out = gate_run(d, load_profile(profile(tmp_path, at)))
@@ -249,10 +303,15 @@ def test_baseline_by_hand(tmp_path: Path) -> None:
 
 
 def test_junit_parses_and_follows_the_schema(tmp_path: Path) -> None:
-    evil = "m<x>&\x1b[31m\x00\"]]>"
-    prof = load_profile(profile(tmp_path, TTFT_P99 + '  - {name: TTFT p50, metric: ttft, statistic: p50, '
-                                                     'bound: "<= 60 ms"}\n  - {metric: success_rate, '
-                                                     'bound: ">= 99 %"}\n'))
+    evil = 'm<x>&\x1b[31m\x00"]]>'
+    prof = load_profile(
+        profile(
+            tmp_path,
+            TTFT_P99 + "  - {name: TTFT p50, metric: ttft, statistic: p50, "
+            'bound: "<= 60 ms"}\n  - {metric: success_rate, '
+            'bound: ">= 99 %"}\n',
+        )
+    )
     run = make_run(tmp_path / "r", [50.0] * 20 + [80.0] * 80, model=evil)
     out = gate_run(run, prof)
     root = ET.fromstring(to_junit(out).encode())
@@ -340,8 +399,9 @@ def _sim_run(url: str, out: Path) -> Path:
     from loadgen.schedule import Arrival
     from loadgen.workload.load import SyntheticChat
 
-    settings = RunSettings(endpoint=url, model="sim", arrival=Arrival("constant", rate=40.0), duration_s=None,
-                           requests=80, drain_s=10.0)
+    settings = RunSettings(
+        endpoint=url, model="sim", arrival=Arrival("constant", rate=40.0), duration_s=None, requests=80, drain_s=10.0
+    )
     execute(settings, SyntheticChat(input_tokens=16, output_tokens=12, seed=0), out)
     return out
 
@@ -349,9 +409,11 @@ def _sim_run(url: str, out: Path) -> Path:
 def test_baseline_on_the_simulator(tmp_path: Path) -> None:
     """Same settings twice: no regression flagged. ITL 10 -> 14 ms: regression."""
     # Medians: robust to the odd slow request of a busy test machine, and still 40 % apart.
-    crit = ('  - {name: TPOT p50, metric: tpot, statistic: p50, bound: "<= 1 s"}\n'
-            '  - {name: ITL p50, metric: itl, statistic: p50, bound: "<= 1 s"}\n'
-            '  - {name: E2E p50, metric: e2e, statistic: p50, bound: "<= 5 s"}\n')
+    crit = (
+        '  - {name: TPOT p50, metric: tpot, statistic: p50, bound: "<= 1 s"}\n'
+        '  - {name: ITL p50, metric: itl, statistic: p50, bound: "<= 1 s"}\n'
+        '  - {name: E2E p50, metric: e2e, statistic: p50, bound: "<= 5 s"}\n'
+    )
     prof = load_profile(profile(tmp_path, crit))
     with thread_sim(20, 10) as url:
         base = _sim_run(url, tmp_path / "base")

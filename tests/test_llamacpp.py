@@ -59,11 +59,20 @@ def spec(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def run(llama: LlamaServer, out: Path, workload: Any, *, api: str = "chat", requests: int = 8,
-        rate: float = 10.0, **kw: Any) -> list[dict[str, Any]]:
+def run(
+    llama: LlamaServer, out: Path, workload: Any, *, api: str = "chat", requests: int = 8, rate: float = 10.0, **kw: Any
+) -> list[dict[str, Any]]:
     """One run with loadgen's runner; constant arrivals so each send finds the last one done."""
-    settings = RunSettings(endpoint=llama.url, model=None, api=api, arrival=Arrival("constant", rate=rate),
-                           duration_s=None, requests=requests, drain_s=20.0, **kw)
+    settings = RunSettings(
+        endpoint=llama.url,
+        model=None,
+        api=api,
+        arrival=Arrival("constant", rate=rate),
+        duration_s=None,
+        requests=requests,
+        drain_s=20.0,
+        **kw,
+    )
     result = execute(settings, workload, out)
     assert result.records == requests
     return read_records(out).to_pylist()
@@ -99,13 +108,18 @@ def test_run_chat_times_every_chunk_and_counts_usage(llama: LlamaServer, tmp_pat
     assert {r["api"] for r in rows} == {"chat"} and {r["model"] for r in rows} == {"tiny"}
 
 
-def test_run_completions_with_the_models_tokenizer_sends_exact_prompt_lengths(llama: LlamaServer,
-                                                                             tmp_path: Path) -> None:
-    path = spec(tmp_path, "exact", """\
+def test_run_completions_with_the_models_tokenizer_sends_exact_prompt_lengths(
+    llama: LlamaServer, tmp_path: Path
+) -> None:
+    path = spec(
+        tmp_path,
+        "exact",
+        """\
         kind: chat
         input: {type: uniform, low: 20, high: 80}
         output: 16
-        """)
+        """,
+    )
     workload = load_workload(str(path), tokenizer=str(llama.tokenizer_path))
     rows = run(llama, tmp_path / "run", workload, api="completions")
     assert_streamed_exactly(rows, 16)
@@ -118,8 +132,9 @@ def test_server_metrics_scraped_through_a_run(llama: LlamaServer, tmp_path: Path
     out = tmp_path / "run"
     with ScraperThread(metrics_url(llama.url), 0.05, out / FILE_NAME) as scraper:
         # answers of ~0.1 s each, 20 a second: two or so in flight at any moment
-        rows = run(llama, out, SyntheticChat(input_tokens=32, output_tokens=240, salt="metrics"), requests=10,
-                   rate=20.0)
+        rows = run(
+            llama, out, SyntheticChat(input_tokens=32, output_tokens=240, salt="metrics"), requests=10, rate=20.0
+        )
     summary = scraper.stop()
     assert summary["enabled"] and summary["engine"] == "llama.cpp" and summary["errors"] == 0
     # the server's own counters agree with the client's records
@@ -131,8 +146,9 @@ def test_server_metrics_scraped_through_a_run(llama: LlamaServer, tmp_path: Path
 
 
 def test_closed_loop_survives_a_server_that_closes_after_each_stream(llama: LlamaServer, tmp_path: Path) -> None:
-    settings = RunSettings(endpoint=llama.url, model=None, arrival=Arrival("closed", concurrency=2),
-                           duration_s=None, requests=20)
+    settings = RunSettings(
+        endpoint=llama.url, model=None, arrival=Arrival("closed", concurrency=2), duration_s=None, requests=20
+    )
     execute(settings, SyntheticChat(input_tokens=16, output_tokens=4), tmp_path / "run")
     rows = read_records(tmp_path / "run").to_pylist()
     assert [r["error"] for r in rows if r["status"] != "ok"] == []
@@ -140,9 +156,28 @@ def test_closed_loop_survives_a_server_that_closes_after_each_stream(llama: Llam
 
 def test_sweep_two_rates(llama: LlamaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweep"
-    code = cli_main(["sweep", "--endpoint", llama.url, "--rates", "2,4", "--point-duration", "2", "--warmup", "0.5",
-                     "--arrival", "constant", "--input-tokens", "32", "--output-tokens", "8", "--no-live",
-                     "--out", str(out)])
+    code = cli_main(
+        [
+            "sweep",
+            "--endpoint",
+            llama.url,
+            "--rates",
+            "2,4",
+            "--point-duration",
+            "2",
+            "--warmup",
+            "0.5",
+            "--arrival",
+            "constant",
+            "--input-tokens",
+            "32",
+            "--output-tokens",
+            "8",
+            "--no-live",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     rows = read_records(out).to_pylist()
     assert {r["point"] for r in rows} == {0, 1}
@@ -150,8 +185,9 @@ def test_sweep_two_rates(llama: LlamaServer, tmp_path: Path, capsys: pytest.Capt
     assert (out / "summary.json").exists() and (out / "report.html").exists()
 
 
-def test_check_passes_every_item_llamacpp_can(llama: LlamaServer, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_passes_every_item_llamacpp_can(
+    llama: LlamaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = tmp_path / "check.json"
     code = cli_main(["check", "--endpoint", llama.url, "--json", str(report), "--timeout", "20"])
     cases = {c["name"]: c for c in json.loads(report.read_text())["cases"]}
@@ -161,28 +197,37 @@ def test_check_passes_every_item_llamacpp_can(llama: LlamaServer, tmp_path: Path
     assert "HTTP 200" in cases["error-unknown-model"]["message"]
 
 
-def test_calibration_finds_the_builtin_tokenizer_off_and_the_models_own_exact(llama: LlamaServer,
-                                                                              tmp_path: Path) -> None:
+def test_calibration_finds_the_builtin_tokenizer_off_and_the_models_own_exact(
+    llama: LlamaServer, tmp_path: Path
+) -> None:
     cal = asyncio.run(calibrate(llama.url))
     assert cal.method == "tokenize"
     assert 1.3 < cal.ratio < 2.0, cal  # the tiny vocabulary splits many of the built-in words
     exact = asyncio.run(calibrate(llama.url, tokenizer=str(llama.tokenizer_path)))
     assert exact.method == "tokenize" and [e for e, _ in exact.samples] == [r for _, r in exact.samples]
     # applying the ratio brings the endpoint's count of built-in text to about the target
-    path = spec(tmp_path, "plain", """\
+    path = spec(
+        tmp_path,
+        "plain",
+        """\
         kind: chat
         input: 400
         output: 8
-        """)
+        """,
+    )
     for overrides, lo, hi in (({}, 1.3, 2.0), (cal.overrides(), 0.95, 1.05)):
         w = load_workload(str(path), overrides=overrides)
-        counts = [len(post(llama.root + "/tokenize", {"content": w.session(i).turns[0].text})["tokens"])
-                  for i in range(4)]
+        counts = [
+            len(post(llama.root + "/tokenize", {"content": w.session(i).turns[0].text})["tokens"]) for i in range(4)
+        ]
         assert lo < sum(counts) / (4 * 400) < hi, (overrides, counts)
 
 
 def test_rag_document_reuse_shows_up_as_cached_tokens(llama: LlamaServer, tmp_path: Path) -> None:
-    path = spec(tmp_path, "rag", """\
+    path = spec(
+        tmp_path,
+        "rag",
+        """\
         kind: rag
         system: 16
         documents:
@@ -193,7 +238,8 @@ def test_rag_document_reuse_shows_up_as_cached_tokens(llama: LlamaServer, tmp_pa
         order: sorted
         question: 8
         output: 4
-        """)
+        """,
+    )
     workload = load_workload(str(path), tokenizer=str(llama.tokenizer_path))
     rows = run(llama, tmp_path / "cached", workload, requests=10)
     assert all(r["status"] == "ok" for r in rows)

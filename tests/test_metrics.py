@@ -413,9 +413,20 @@ def test_latency_samples_are_what_summarize_folds() -> None:
         first = t0 + int(rng.integers(1, 80)) * 1_000_000
         gaps_ns = rng.integers(1, 30, size=5) * 1_000_000
         chunks = (first + np.concatenate([[0], np.cumsum(gaps_ns)])).tolist()
-        recs.append(Record(request=i, t_sched=t0, t_sent=t0, t_first=chunks[0], t_last=chunks[-1],
-                           t_done=chunks[-1] + 1, chunk_ns=chunks, chunk_tokens=[1, 2, 1, 1, 3, 1],
-                           output_tokens=9, status="ok" if i % 10 else "timeout"))
+        recs.append(
+            Record(
+                request=i,
+                t_sched=t0,
+                t_sent=t0,
+                t_first=chunks[0],
+                t_last=chunks[-1],
+                t_done=chunks[-1] + 1,
+                chunk_ns=chunks,
+                chunk_tokens=[1, 2, 1, 1, 3, 1],
+                output_tokens=9,
+                status="ok" if i % 10 else "timeout",
+            )
+        )
     t = pa.Table.from_batches([to_batch(recs)])
     w = choose_window(t)
     s, got = summarize(t, w), latency_samples(t, w)

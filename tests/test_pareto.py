@@ -37,8 +37,11 @@ def test_frontier(xs: list[float], ys: list[float], expected: list[int]) -> None
     got = frontier(xs, ys)
     assert got == sorted(expected, key=lambda i: xs[i])
     for i in got:  # nothing dominates a frontier point
-        assert not any(dominates((xs[j], ys[j]), (xs[i], ys[i])) for j in range(len(xs)) if j != i
-                       and not (math.isnan(xs[j]) or math.isnan(ys[j])))
+        assert not any(
+            dominates((xs[j], ys[j]), (xs[i], ys[i]))
+            for j in range(len(xs))
+            if j != i and not (math.isnan(xs[j]) or math.isnan(ys[j]))
+        )
 
 
 def test_frontier_rejects_ragged_input() -> None:

@@ -36,25 +36,65 @@ def fake_point(k: int, rate: float, n: int, t0: int, run_id: str, evil: bool) ->
     for i in range(n):
         ts = t0 + int(i / rate * 1e9)
         if evil and i % 10 == 9:
-            out.append(Record(run_id=run_id, point=k, request=i, session=i, model=EVIL, t_sched=ts, t_sent=ts + 100_000,
-                              t_done=ts + 5_000_000, status="http_error", http_status=500, error=f"boom {EVIL}",
-                              output_tokens_requested=16))
+            out.append(
+                Record(
+                    run_id=run_id,
+                    point=k,
+                    request=i,
+                    session=i,
+                    model=EVIL,
+                    t_sched=ts,
+                    t_sent=ts + 100_000,
+                    t_done=ts + 5_000_000,
+                    status="http_error",
+                    http_status=500,
+                    error=f"boom {EVIL}",
+                    output_tokens_requested=16,
+                )
+            )
             continue
         ttft = int((20 + 15 * k + (i % 7)) * 1e6)
         gap = int((5 + 3 * k + (i % 3)) * 1e6)
         chunks = [ts + ttft + j * gap for j in range(16)]
-        out.append(Record(
-            run_id=run_id, point=k, request=i, session=i, model=EVIL, t_sched=ts, t_sent=ts + 100_000,
-            t_headers=ts + 1_000_000, t_first=chunks[0], t_last=chunks[-1], t_done=chunks[-1] + 100_000,
-            chunk_ns=chunks, chunk_tokens=[1] * 16, prompt_tokens_requested=64, prompt_tokens_reported=64,
-            output_tokens_requested=16, output_tokens_reported=16, output_tokens=16, output_tokens_source="usage",
-            finish_reason="length", status="ok", output_text=EVIL if evil else None,
-        ))
+        out.append(
+            Record(
+                run_id=run_id,
+                point=k,
+                request=i,
+                session=i,
+                model=EVIL,
+                t_sched=ts,
+                t_sent=ts + 100_000,
+                t_headers=ts + 1_000_000,
+                t_first=chunks[0],
+                t_last=chunks[-1],
+                t_done=chunks[-1] + 100_000,
+                chunk_ns=chunks,
+                chunk_tokens=[1] * 16,
+                prompt_tokens_requested=64,
+                prompt_tokens_reported=64,
+                output_tokens_requested=16,
+                output_tokens_reported=16,
+                output_tokens=16,
+                output_tokens_source="usage",
+                finish_reason="length",
+                status="ok",
+                output_text=EVIL if evil else None,
+            )
+        )
     return out
 
 
-def make_run(folder: Path, rates: tuple[float, ...] = (2.0, 4.0, 8.0), n: int = 60, *, evil: bool = True,
-             sweep: bool = True, gpus: float | None = 2.0, slo: dict[str, Any] | None = None) -> Path:
+def make_run(
+    folder: Path,
+    rates: tuple[float, ...] = (2.0, 4.0, 8.0),
+    n: int = 60,
+    *,
+    evil: bool = True,
+    sweep: bool = True,
+    gpus: float | None = 2.0,
+    slo: dict[str, Any] | None = None,
+) -> Path:
     """A run folder with made-up records: a sweep (points) or a single run."""
     folder.mkdir(parents=True)
     run_id = "20250101-000000-abcdef"
@@ -62,28 +102,55 @@ def make_run(folder: Path, rates: tuple[float, ...] = (2.0, 4.0, 8.0), n: int = 
     for k, rate in enumerate(rates if sweep else rates[:1]):
         records += fake_point(k if sweep else 0, rate, n, t0, run_id, evil)
         label = f"poisson @ {rate:g} req/s"
-        points.append({"index": k, "arrival": {"kind": "poisson", "rate": rate, "cv": None, "concurrency": None,
-                                               "label": label},
-                       "phase": "list", "why": "given", "duration_s": n / rate, "warmup_s": 0.0, "cooldown_s": 0.0,
-                       "salt": f"p{k}", "client": {"cpu_utilisation": 0.1, "loop_lag_max_ms": 1.0}})
+        points.append(
+            {
+                "index": k,
+                "arrival": {"kind": "poisson", "rate": rate, "cv": None, "concurrency": None, "label": label},
+                "phase": "list",
+                "why": "given",
+                "duration_s": n / rate,
+                "warmup_s": 0.0,
+                "cooldown_s": 0.0,
+                "salt": f"p{k}",
+                "client": {"cpu_utilisation": 0.1, "loop_lag_max_ms": 1.0},
+            }
+        )
         t0 += int((n / rate + 5) * 1e9)
     pq.write_table(pa.Table.from_batches([to_batch(records)]), folder / "records.parquet")
     # what the server said meanwhile, one scrape a second (as server_metrics.py writes it)
     start = 1_000_000_000_000
-    scrapes = [{"t_ns": start + i * 1_000_000_000, "running": float(i % 7), "waiting": float(i % 3),
-                "kv_cache_usage": (i % 10) / 10} for i in range((t0 - start) // 1_000_000_000)]
+    scrapes = [
+        {
+            "t_ns": start + i * 1_000_000_000,
+            "running": float(i % 7),
+            "waiting": float(i % 3),
+            "kv_cache_usage": (i % 10) / 10,
+        }
+        for i in range((t0 - start) // 1_000_000_000)
+    ]
     (folder / "server_metrics.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in scrapes) + b"\n")
     settings = settings_json(RunSettings(endpoint="http://vendor.example/v1", model=EVIL))
     meta: dict[str, Any] = {
-        "run_id": run_id, "tool": {"name": "loadgen", "version": "test"}, "command": ["sweep", EVIL],
-        "endpoint": "http://vendor.example/v1", "simulator": None, "model": EVIL, "settings": settings,
+        "run_id": run_id,
+        "tool": {"name": "loadgen", "version": "test"},
+        "command": ["sweep", EVIL],
+        "endpoint": "http://vendor.example/v1",
+        "simulator": None,
+        "model": EVIL,
+        "settings": settings,
         "workload": {"name": "synthetic-chat", "input_tokens": 64, "output_tokens": 16, "seed": 0, "salt": ""},
-        "host": {"python": "3"}, "started_wall_ns": 1_700_000_000_000_000_000,
+        "host": {"python": "3"},
+        "started_wall_ns": 1_700_000_000_000_000_000,
     }
     if sweep:
-        meta["sweep"] = {"mode": "rates", "slo": slo or {"name": "t", "ttft_ms": 60.0, "tpot_ms": 12.0,
-                                                          "e2e_ms": None, "target_pct": 85.0},
-                         "gpus": gpus, "prices": {"spot": 2.0}, "point_salt": True, "salt": ""}
+        meta["sweep"] = {
+            "mode": "rates",
+            "slo": slo or {"name": "t", "ttft_ms": 60.0, "tpot_ms": 12.0, "e2e_ms": None, "target_pct": 85.0},
+            "gpus": gpus,
+            "prices": {"spot": 2.0},
+            "point_salt": True,
+            "salt": "",
+        }
         meta["points"] = points
     else:
         meta["client"] = points[0]["client"]
@@ -209,11 +276,26 @@ class DevTools:
 async def browse(chromium: str, page: Path, shot: Path) -> dict[str, Any]:
     user_data = tempfile.mkdtemp(prefix="loadgen-chromium-")
     proc = subprocess.Popen(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-default-apps", "--disable-extensions", f"--user-data-dir={user_data}",
-         "--remote-debugging-port=0", "--window-size=1280,1800", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            f"--user-data-dir={user_data}",
+            "--remote-debugging-port=0",
+            "--window-size=1280,1800",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         port_file = Path(user_data) / "DevToolsActivePort"
         end = time.monotonic() + 30
@@ -222,8 +304,10 @@ async def browse(chromium: str, page: Path, shot: Path) -> dict[str, Any]:
             assert time.monotonic() < end, "chromium did not open its DevTools port"
             await asyncio.sleep(0.05)
         port, path = port_file.read_text().splitlines()[:2]
-        async with aiohttp.ClientSession() as http, http.ws_connect(f"ws://127.0.0.1:{port}{path}",
-                                                                   max_msg_size=0) as ws:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(f"ws://127.0.0.1:{port}{path}", max_msg_size=0) as ws,
+        ):
             cdp = DevTools(ws)
             target = (await cdp.call("Target.createTarget", {"url": "about:blank"}))["targetId"]
             session = (await cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
@@ -242,8 +326,9 @@ async def browse(chromium: str, page: Path, shot: Path) -> dict[str, Any]:
                 sections: [...document.querySelectorAll('section[id]')].map(s => s.id)})"""
             res = await cdp.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session=session)
             dom = orjson.loads(res["result"]["value"])
-            png = await cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
-                                 session=session)
+            png = await cdp.call(
+                "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session
+            )
             shot.write_bytes(base64.b64decode(png["data"]))
             await asyncio.sleep(0.2)  # late console messages
             events = [e for e in cdp.events if e.get("sessionId") == session]
@@ -258,9 +343,13 @@ async def browse(chromium: str, page: Path, shot: Path) -> dict[str, Any]:
             proc.kill()
             proc.wait(10)
         shutil.rmtree(user_data, ignore_errors=True)
-    errors = [e for e in events if e["method"] == "Runtime.exceptionThrown"
-              or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
-              or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    errors = [
+        e
+        for e in events
+        if e["method"] == "Runtime.exceptionThrown"
+        or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
     requests = [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]
     return {"dom": dom, "errors": errors, "requests": requests, "url": url}
 

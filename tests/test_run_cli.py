@@ -21,13 +21,23 @@ from loadgen.sim.process import start_sim
 
 
 def loadgen(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "loadgen", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def wait_for_records(path: Path, min_bytes: int, timeout: float = 40.0) -> None:
@@ -42,8 +52,21 @@ def wait_for_records(path: Path, min_bytes: int, timeout: float = 40.0) -> None:
 
 def test_a_run_writes_a_complete_run_folder(fixed_sim, tmp_path):
     out = tmp_path / "run"
-    r = loadgen("run", "--endpoint", fixed_sim.url, "--rate", "20", "--requests", "12", "--input-tokens", "32",
-                "--output-tokens", "8", "--out", str(out))
+    r = loadgen(
+        "run",
+        "--endpoint",
+        fixed_sim.url,
+        "--rate",
+        "20",
+        "--requests",
+        "12",
+        "--input-tokens",
+        "32",
+        "--output-tokens",
+        "8",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     assert {"records.parquet", "run.json", "summary.json"} <= {p.name for p in out.iterdir()}
     assert not list(out.glob("*.arrows"))  # compacted
@@ -64,8 +87,22 @@ def test_killing_the_process_keeps_every_finished_request(tmp_path):
     truth = tmp_path / "truth.jsonl"
     out = tmp_path / "run"
     with start_sim(["--ttft-ms", "20", "--itl-ms", "5", "--truth", str(truth)]) as sim:
-        proc = spawn("run", "--endpoint", sim.url, "--rate", "40", "--duration", "30", "--input-tokens", "16",
-                     "--output-tokens", "10", "--out", str(out), "--no-live")
+        proc = spawn(
+            "run",
+            "--endpoint",
+            sim.url,
+            "--rate",
+            "40",
+            "--duration",
+            "30",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "10",
+            "--out",
+            str(out),
+            "--no-live",
+        )
         wait_for_records(out / "records.arrows", min_bytes=20_000)
         killed_at = time.perf_counter_ns()
         proc.kill()
@@ -76,16 +113,35 @@ def test_killing_the_process_keeps_every_finished_request(tmp_path):
     have = {f"{run}-{req}" for run, req in zip(table["run_id"], table["request"], strict=False)}
     # every answer the server finished well before the kill (one flush interval and a margin) is on disk
     settled = killed_at - 600_000_000
-    finished = [t["rid"] for t in map(orjson.loads, truth.read_bytes().splitlines())
-                if t["emit_ns"] and t["emit_ns"][-1] < settled]
+    finished = [
+        t["rid"]
+        for t in map(orjson.loads, truth.read_bytes().splitlines())
+        if t["emit_ns"] and t["emit_ns"][-1] < settled
+    ]
     assert finished and set(finished) <= have
 
 
 def test_ctrl_c_stops_sending_and_writes_everything(tmp_path):
     out = tmp_path / "run"
     with start_sim(["--ttft-ms", "10", "--itl-ms", "300"]) as sim:
-        proc = spawn("run", "--endpoint", sim.url, "--rate", "10", "--duration", "60", "--input-tokens", "8",
-                     "--output-tokens", "4", "--drain", "0.5", "--out", str(out), "--no-live")
+        proc = spawn(
+            "run",
+            "--endpoint",
+            sim.url,
+            "--rate",
+            "10",
+            "--duration",
+            "60",
+            "--input-tokens",
+            "8",
+            "--output-tokens",
+            "4",
+            "--drain",
+            "0.5",
+            "--out",
+            str(out),
+            "--no-live",
+        )
         wait_for_records(out / "records.arrows", min_bytes=2_000)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
@@ -100,8 +156,7 @@ def test_ctrl_c_stops_sending_and_writes_everything(tmp_path):
 def _echo_auth_server(port_holder: list[int], stop: asyncio.Event) -> None:
     async def reject(request: web.Request) -> web.Response:
         # a careless server that echoes the key back in its error
-        return web.json_response({"error": {"message": f"bad key {request.headers.get('Authorization')}"}},
-                                 status=401)
+        return web.json_response({"error": {"message": f"bad key {request.headers.get('Authorization')}"}}, status=401)
 
     async def main() -> None:
         app = web.Application()
@@ -131,8 +186,21 @@ def test_the_api_key_reaches_no_file_of_the_run_folder(tmp_path, where):
         time.sleep(0.01)
     out = tmp_path / "run"
     flags = ["--api-key-env", where] if where != "OPENAI_API_KEY" else []
-    r = loadgen("run", "--endpoint", f"http://127.0.0.1:{port[0]}/v1", "--model", "m", "--rate", "20",
-                "--requests", "5", "--out", str(out), *flags, env={where: secret})
+    r = loadgen(
+        "run",
+        "--endpoint",
+        f"http://127.0.0.1:{port[0]}/v1",
+        "--model",
+        "m",
+        "--rate",
+        "20",
+        "--requests",
+        "5",
+        "--out",
+        str(out),
+        *flags,
+        env={where: secret},
+    )
     stop.set()
     t.join(5)
     assert r.returncode == 0, r.stderr
@@ -143,17 +211,20 @@ def test_the_api_key_reaches_no_file_of_the_run_folder(tmp_path, where):
     assert secret not in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--rate", "5", "--concurrency", "2"], "not both"),
-    (["--duration", "5"], "--rate"),
-    (["--rate", "-3", "--duration", "5"], "rate"),
-    (["--rate", "5", "--arrival", "gamma:0", "--duration", "5"], "cv"),
-    (["--rate", "5", "--duration", "5", "--warmup", "3", "--cooldown", "3"], "no measurement window"),
-    (["--rate", "5", "--duration", "5", "--extra-body", "{nope"], "--extra-body"),
-    (["--rate", "5", "--duration", "5", "--endpoint", "localhost:8000"], "--endpoint"),
-    (["--rate", "5", "--duration", "5", "--api-key-env", "LOADGEN_TEST_UNSET_VAR"], "LOADGEN_TEST_UNSET_VAR"),
-    (["--rate", "5", "--duration", "5", "--endpoint", "http://127.0.0.1:9/v1"], "cannot reach"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--rate", "5", "--concurrency", "2"], "not both"),
+        (["--duration", "5"], "--rate"),
+        (["--rate", "-3", "--duration", "5"], "rate"),
+        (["--rate", "5", "--arrival", "gamma:0", "--duration", "5"], "cv"),
+        (["--rate", "5", "--duration", "5", "--warmup", "3", "--cooldown", "3"], "no measurement window"),
+        (["--rate", "5", "--duration", "5", "--extra-body", "{nope"], "--extra-body"),
+        (["--rate", "5", "--duration", "5", "--endpoint", "localhost:8000"], "--endpoint"),
+        (["--rate", "5", "--duration", "5", "--api-key-env", "LOADGEN_TEST_UNSET_VAR"], "LOADGEN_TEST_UNSET_VAR"),
+        (["--rate", "5", "--duration", "5", "--endpoint", "http://127.0.0.1:9/v1"], "cannot reach"),
+    ],
+)
 def test_bad_flags_are_one_clear_error_before_any_traffic(tmp_path, args, message):
     r = loadgen("run", *args, "--out", str(tmp_path / "run"))
     assert r.returncode == 2
@@ -164,8 +235,23 @@ def test_bad_flags_are_one_clear_error_before_any_traffic(tmp_path, args, messag
 
 def test_run_json_says_what_was_sent(fixed_sim, tmp_path):
     out = tmp_path / "run"
-    r = loadgen("run", "--endpoint", fixed_sim.url, "--concurrency", "3", "--requests", "9", "--output-tokens",
-                "4", "--input-tokens", "16", "--seed", "7", "--out", str(out))
+    r = loadgen(
+        "run",
+        "--endpoint",
+        fixed_sim.url,
+        "--concurrency",
+        "3",
+        "--requests",
+        "9",
+        "--output-tokens",
+        "4",
+        "--input-tokens",
+        "16",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     meta = json.loads(Path(out / "run.json").read_text())
     assert meta["settings"]["arrival"]["label"] == "closed loop, concurrency 3"

@@ -115,9 +115,7 @@ def test_same_array_in_another_process() -> None:
         "a = offsets_ns(Arrival('gamma', rate=20.0, cv=2.0), 7, count=20000)\n"
         "sys.stdout.write(a.tobytes().hex())\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     here = offsets_ns(GAMMA, 7, count=20000)
     assert bytes.fromhex(out) == here.tobytes()
 

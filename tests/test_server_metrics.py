@@ -112,19 +112,63 @@ TGI = "tgi_batch_current_size 3\ntgi_queue_size 1\ntgi_request_success 17\n"
 @pytest.mark.parametrize(
     ("text", "engine", "expected"),
     [
-        (VLLM, "vllm", {"running": 7, "waiting": 3, "kv_cache_usage": 0.4375, "prompt_tokens_total": 12000,
-                        "generation_tokens_total": 5120, "preemptions_total": 2, "prefix_cache_hits_total": 4800,
-                        "prefix_cache_queries_total": 12000, "requests_finished_total": 40,
-                        "prefix_cache_hit_rate": None}),
-        (VLLM_V0, "vllm", {"running": 2, "waiting": 0, "kv_cache_usage": 0.125, "prefix_cache_hit_rate": 0.5,
-                           "prefix_cache_hits_total": None, "preemptions_total": None}),
-        (SGLANG, "sglang", {"running": 12, "waiting": 5, "kv_cache_usage": 0.81, "prefix_cache_hit_rate": 0.33,
-                            "prompt_tokens_total": 90000, "generation_tokens_total": 30000,
-                            "prefix_cache_hits_total": 29700, "requests_finished_total": 300}),
+        (
+            VLLM,
+            "vllm",
+            {
+                "running": 7,
+                "waiting": 3,
+                "kv_cache_usage": 0.4375,
+                "prompt_tokens_total": 12000,
+                "generation_tokens_total": 5120,
+                "preemptions_total": 2,
+                "prefix_cache_hits_total": 4800,
+                "prefix_cache_queries_total": 12000,
+                "requests_finished_total": 40,
+                "prefix_cache_hit_rate": None,
+            },
+        ),
+        (
+            VLLM_V0,
+            "vllm",
+            {
+                "running": 2,
+                "waiting": 0,
+                "kv_cache_usage": 0.125,
+                "prefix_cache_hit_rate": 0.5,
+                "prefix_cache_hits_total": None,
+                "preemptions_total": None,
+            },
+        ),
+        (
+            SGLANG,
+            "sglang",
+            {
+                "running": 12,
+                "waiting": 5,
+                "kv_cache_usage": 0.81,
+                "prefix_cache_hit_rate": 0.33,
+                "prompt_tokens_total": 90000,
+                "generation_tokens_total": 30000,
+                "prefix_cache_hits_total": 29700,
+                "requests_finished_total": 300,
+            },
+        ),
         # llama.cpp: prompt tokens = computed + cached, and every prompt token was a cache lookup
-        (LLAMACPP, "llama.cpp", {"running": 1, "waiting": 4, "kv_cache_usage": None, "prompt_tokens_total": 40,
-                                 "generation_tokens_total": 9, "prefix_cache_hits_total": 15,
-                                 "prefix_cache_queries_total": 40, "preemptions_total": None}),
+        (
+            LLAMACPP,
+            "llama.cpp",
+            {
+                "running": 1,
+                "waiting": 4,
+                "kv_cache_usage": None,
+                "prompt_tokens_total": 40,
+                "generation_tokens_total": 9,
+                "prefix_cache_hits_total": 15,
+                "prefix_cache_queries_total": 40,
+                "preemptions_total": None,
+            },
+        ),
         (LLAMACPP_OLD, "llama.cpp", {"kv_cache_usage": 0.25}),
         (TGI, "tgi", {"running": 3, "waiting": 1, "requests_finished_total": 17}),
     ],
@@ -237,8 +281,9 @@ def test_scraper_follows_the_simulator_through_a_burst(tmp_path: Path) -> None:
 
 def test_scraper_is_off_when_nothing_answers(tmp_path: Path) -> None:
     async def main() -> dict:
-        scraper = ServerMetricsScraper("http://127.0.0.1:9/metrics", interval_s=0.1, out_path=tmp_path / FILE_NAME,
-                                       timeout_s=1.0)
+        scraper = ServerMetricsScraper(
+            "http://127.0.0.1:9/metrics", interval_s=0.1, out_path=tmp_path / FILE_NAME, timeout_s=1.0
+        )
         assert not await scraper.start()
         return await scraper.stop()
 
@@ -252,8 +297,7 @@ def test_a_server_that_dies_mid_run_gives_error_rows_not_a_crash(tmp_path: Path)
     async def main() -> dict:
         sim = SimServer(FixedModel())
         url = await sim.start()
-        scraper = ServerMetricsScraper(metrics_url(url), interval_s=0.05, out_path=tmp_path / FILE_NAME,
-                                       timeout_s=0.5)
+        scraper = ServerMetricsScraper(metrics_url(url), interval_s=0.05, out_path=tmp_path / FILE_NAME, timeout_s=0.5)
         assert await scraper.start()
         await sim.stop()
         await asyncio.sleep(0.2)
@@ -297,6 +341,7 @@ def test_a_non_metrics_answer_turns_it_off(tmp_path: Path) -> None:
 
 
 # -- against llama.cpp ------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def llama_one_slot() -> Iterator[LlamaServer]:

@@ -62,8 +62,14 @@ def test_lookup_by_alias_any_case_and_clear_error():
 )
 def test_bad_gpu_file_names_file_and_field(tmp_path, edit, field):
     data = {
-        "name": "x", "display_name": "X", "hbm_gib": 1, "hbm_tb_s": 1, "bf16_tflops": 1,
-        "interconnect_gb_s": 1, "allreduce_latency_us": 1, "sources": ["me"],
+        "name": "x",
+        "display_name": "X",
+        "hbm_gib": 1,
+        "hbm_tb_s": 1,
+        "bf16_tflops": 1,
+        "interconnect_gb_s": 1,
+        "allreduce_latency_us": 1,
+        "sources": ["me"],
     }
     data.update(edit)
     data = {k: v for k, v in data.items() if v is not None}
@@ -76,10 +82,12 @@ def test_bad_gpu_file_names_file_and_field(tmp_path, edit, field):
 def test_bad_model_fields_are_rejected(tmp_path):
     good = dataclasses.asdict(L8B)
     good.update(aliases=[], sources=["me"], moe=None, mla=None, sliding_window=None)
-    for edit, field in [({"weight_dtype": "int3"}, "weight_dtype"),
-                        ({"params_active_b": 9.0}, "params_active_b"),
-                        ({"moe": {"experts": 8}}, "moe.experts_per_token"),
-                        ({"layers": 32.5}, "layers")]:
+    for edit, field in [
+        ({"weight_dtype": "int3"}, "weight_dtype"),
+        ({"params_active_b": 9.0}, "params_active_b"),
+        ({"moe": {"experts": 8}}, "moe.experts_per_token"),
+        ({"layers": 32.5}, "layers"),
+    ]:
         data = {k: v for k, v in {**good, **edit}.items() if v is not None}
         path = tmp_path / "m.yaml"
         path.write_text(profiles.yaml.safe_dump(data))
@@ -107,8 +115,7 @@ def test_moe_split_and_dtype_fallback():
     ],
 )
 def test_kv_bytes_per_token(model, tp, kv, expected):
-    m = RooflineModel("b200" if tp < 8 else "h200", model, tp=tp, kv_dtype=kv,
-                      num_gpu_blocks_override=100)
+    m = RooflineModel("b200" if tp < 8 else "h200", model, tp=tp, kv_dtype=kv, num_gpu_blocks_override=100)
     assert m.kv_bytes_per_token == expected
 
 
@@ -219,6 +226,7 @@ def test_decodes_that_outgrow_the_cache_preempt_the_newest():
     for r in rs:
         assert r.emitted == 20 and len(r.emit_ns) == 20
         assert r.emit_ns == sorted(r.emit_ns)
+
     # The preempted sequence stalls while it re-prefills prompt + generated tokens.
     def worst_gap(r: SimRequest) -> int:
         return max(b - a for a, b in zip(r.emit_ns, r.emit_ns[1:], strict=False))
@@ -324,9 +332,9 @@ def test_saturation_estimate_matches_an_overloaded_open_loop_run():
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 3), st.integers(1, 120), st.integers(0, 40),
-                  st.integers(0, 30_000_000)),
-        min_size=1, max_size=25,
+        st.tuples(st.integers(0, 3), st.integers(1, 120), st.integers(0, 40), st.integers(0, 30_000_000)),
+        min_size=1,
+        max_size=25,
     ),
     st.integers(12, 40),
     st.integers(1, 8),
@@ -336,8 +344,7 @@ def test_any_workload_finishes_with_consistent_truth(reqs, blocks, max_seqs, cac
     """Random prompts (4 shared prefixes), lengths and arrivals on a tiny KV pool, with
     preemption and prefix caching in play: every request completes exactly, in order,
     and every block comes back."""
-    m = sim(num_gpu_blocks_override=blocks, max_num_seqs=max_seqs, max_batch_tokens=64,
-            prefix_cache=caching)
+    m = sim(num_gpu_blocks_override=blocks, max_num_seqs=max_seqs, max_batch_tokens=64, prefix_cache=caching)
     rs = []
     for i, (prefix, plen, out, arrival) in enumerate(sorted(reqs, key=lambda r: r[3])):
         plen = min(plen, m.max_model_len - out)

@@ -23,8 +23,10 @@ from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 def _request(port: int, body: dict, path: str = "/v1/chat/completions", version: str = "1.1") -> bytes:
     raw = orjson.dumps(body)
-    return (f"POST {path} HTTP/{version}\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Connection: close\r\nContent-Length: {len(raw)}\r\n\r\n").encode() + raw
+    return (
+        f"POST {path} HTTP/{version}\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Connection: close\r\nContent-Length: {len(raw)}\r\n\r\n"
+    ).encode() + raw
 
 
 def _dechunk(body: bytes) -> bytes:
@@ -34,10 +36,10 @@ def _dechunk(body: bytes) -> bytes:
         j = body.index(b"\r\n", i)
         size = int(body[i:j], 16)
         if size == 0:
-            assert body[j + 2:] == b"\r\n", body[j:]
+            assert body[j + 2 :] == b"\r\n", body[j:]
             return b"".join(out)
-        out.append(body[j + 2:j + 2 + size])
-        assert body[j + 2 + size:j + 4 + size] == b"\r\n"
+        out.append(body[j + 2 : j + 2 + size])
+        assert body[j + 2 + size : j + 4 + size] == b"\r\n"
         i = j + 4 + size
 
 
@@ -93,8 +95,13 @@ def _words(req_prompt_len: int, start: int, n: int) -> str:
 
 def test_chat_stream_framing_words_and_truth(tmp_path):
     prompt = "the of and to in"
-    body = {"messages": [{"role": "user", "content": prompt}], "stream": True, "max_tokens": 40,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": True,
+        "max_tokens": 40,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     model = RooflineModel("h100", "llama-3.1-8b", max_num_seqs=8)
     resp, truth, _ = _serve(model, tmp_path, lambda port: _fetch(port, _request(port, body)))
     head, ev = _events(resp)
@@ -132,8 +139,10 @@ def test_concurrent_streams_are_written_by_the_prepared_path(tmp_path, monkeypat
     monkeypatch.setattr(_Writer, "fire", counting_fire)
     n, streams = 30, 4
     prompts = [" ".join(["the"] * (k + 1)) for k in range(streams)]  # distinct prompts, distinct words
-    bodies = [{"messages": [{"role": "user", "content": p}], "stream": True, "max_tokens": n, "ignore_eos": True}
-              for p in prompts]
+    bodies = [
+        {"messages": [{"role": "user", "content": p}], "stream": True, "max_tokens": n, "ignore_eos": True}
+        for p in prompts
+    ]
     model = RooflineModel("h100", "llama-3.1-8b", max_num_seqs=8)
 
     async def fetch_all(port: int) -> list[bytes]:
@@ -153,8 +162,12 @@ def test_concurrent_streams_are_written_by_the_prepared_path(tmp_path, monkeypat
 
 def test_completions_stream_and_tokens_per_chunk(tmp_path):
     body = {"prompt": "a b c", "stream": True, "max_tokens": 10, "ignore_eos": True}
-    resp, truth, _ = _serve(FixedModel(0.002, 0.001), tmp_path,
-                            lambda port: _fetch(port, _request(port, body, "/v1/completions")), tokens_per_chunk=3)
+    resp, truth, _ = _serve(
+        FixedModel(0.002, 0.001),
+        tmp_path,
+        lambda port: _fetch(port, _request(port, body, "/v1/completions")),
+        tokens_per_chunk=3,
+    )
     _, ev = _events(resp)
     chunks = [orjson.loads(e) for e in ev[:-1]]
     texts = [c["choices"][0]["text"] for c in chunks[:-1]]
@@ -166,8 +179,9 @@ def test_completions_stream_and_tokens_per_chunk(tmp_path):
 
 def test_http10_client_gets_an_unchunked_stream(tmp_path):
     body = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 12, "ignore_eos": True}
-    resp, truth, _ = _serve(FixedModel(0.002, 0.001), tmp_path,
-                            lambda port: _fetch(port, _request(port, body, version="1.0")))
+    resp, truth, _ = _serve(
+        FixedModel(0.002, 0.001), tmp_path, lambda port: _fetch(port, _request(port, body, version="1.0"))
+    )
     head, ev = _events(resp)
     assert b"chunked" not in head.lower()
     assert len(ev) == 1 + 12 + 1 + 1  # role, tokens, finish, [DONE]
@@ -178,8 +192,9 @@ def test_a_slow_reader_backs_up_to_its_handler_and_loses_nothing(tmp_path):
     """ITL 0: all tokens are emitted at once, far more than the socket holds while nobody reads."""
     n = 20_000
     body = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": n, "ignore_eos": True}
-    resp, truth, _ = _serve(FixedModel(0.0, 0.0), tmp_path,
-                            lambda port: _fetch(port, _request(port, body), rcvbuf=4096, pause_s=0.3))
+    resp, truth, _ = _serve(
+        FixedModel(0.0, 0.0), tmp_path, lambda port: _fetch(port, _request(port, body), rcvbuf=4096, pause_s=0.3)
+    )
     _, ev = _events(resp)
     tokens = [orjson.loads(e) for e in ev[1:-2]]
     assert len(tokens) == n
@@ -214,8 +229,13 @@ def test_stop_string_ends_the_stream_early(tmp_path):
     n_prompt = len(BUILTIN.encode("hi"))
     words = _words(n_prompt, 0, 30).split()
     stop = words[5]  # the 6th word: the answer is the first five and a space
-    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 30, "ignore_eos": True,
-            "stop": " " + stop}
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": 30,
+        "ignore_eos": True,
+        "stop": " " + stop,
+    }
     resp, _, _ = _serve(FixedModel(0.002, 0.001), tmp_path, lambda port: _fetch(port, _request(port, body)))
     _, ev = _events(resp)
     chunks = [orjson.loads(e) for e in ev[1:-1]]

@@ -37,16 +37,26 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_builtin_profiles_all_load() -> None:
     names = set(builtin_profiles())
-    assert {"interactive-chat", "agentic", "batch", "mlperf-llama3.1-8b", "mlperf-llama3.1-8b-interactive",
-            "mlperf-llama2-70b"} <= names
+    assert {
+        "interactive-chat",
+        "agentic",
+        "batch",
+        "mlperf-llama3.1-8b",
+        "mlperf-llama3.1-8b-interactive",
+        "mlperf-llama2-70b",
+    } <= names
     for name in names:
         prof = load_profile(name)
         assert prof.criteria and prof.name == name
 
 
 def test_mlperf_profiles_match_the_published_bounds() -> None:
-    for name, ttft, tpot in (("mlperf-llama3.1-8b", 2000, 100), ("mlperf-llama3.1-8b-interactive", 500, 30),
-                             ("mlperf-llama2-70b", 2000, 200), ("mlperf-llama2-70b-interactive", 450, 40)):
+    for name, ttft, tpot in (
+        ("mlperf-llama3.1-8b", 2000, 100),
+        ("mlperf-llama3.1-8b-interactive", 500, 30),
+        ("mlperf-llama2-70b", 2000, 200),
+        ("mlperf-llama2-70b-interactive", 450, 40),
+    ):
         prof = load_profile(name)
         got = {(c.metric, c.statistic): c.bound for c in prof.criteria}
         assert got[("ttft", "p99")] == ttft and got[("tpot", "p99")] == tpot
@@ -64,17 +74,29 @@ def test_good_profile(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "metric", "want"),
-    [("<= 200 ms", "ttft", ("<=", 200.0)), ("<2s", "e2e", ("<=", 2000.0)), (">= 99.5 %", "success_rate",
-                                                                            (">=", 99.5)),
-     ("≤ 3 min", "session_duration", ("<=", 180.0)), (">= 1e3 tok/s", "output_tps", (">=", 1000.0))],
+    [
+        ("<= 200 ms", "ttft", ("<=", 200.0)),
+        ("<2s", "e2e", ("<=", 2000.0)),
+        (">= 99.5 %", "success_rate", (">=", 99.5)),
+        ("≤ 3 min", "session_duration", ("<=", 180.0)),
+        (">= 1e3 tok/s", "output_tps", (">=", 1000.0)),
+    ],
 )
 def test_parse_bound(text: str, metric: str, want: tuple[str, float]) -> None:
     assert parse_bound(text, METRICS[metric]) == want
 
 
-@pytest.mark.parametrize(("text", "metric"), [("200", "ttft"), ("<= 200", "ttft"), ("<= 200 tok/s", "ttft"),
-                                              (">= 0.99", "attainment"), (">= 150 %", "success_rate"),
-                                              ("== 3 ms", "ttft")])
+@pytest.mark.parametrize(
+    ("text", "metric"),
+    [
+        ("200", "ttft"),
+        ("<= 200", "ttft"),
+        ("<= 200 tok/s", "ttft"),
+        (">= 0.99", "attainment"),
+        (">= 150 %", "success_rate"),
+        ("== 3 ms", "ttft"),
+    ],
+)
 def test_parse_bound_rejects(text: str, metric: str) -> None:
     with pytest.raises(ValueError):
         parse_bound(text, METRICS[metric])
@@ -98,8 +120,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("old", "new", "line", "fld", "words"), BAD)
-def test_bad_profiles_name_file_line_and_field(tmp_path: Path, old: str, new: str, line: int, fld: str,
-                                               words: str) -> None:
+def test_bad_profiles_name_file_line_and_field(
+    tmp_path: Path, old: str, new: str, line: int, fld: str, words: str
+) -> None:
     assert old in GOOD
     path = write(tmp_path, GOOD.replace(old, new, 1))
     with pytest.raises(SpecError) as e:

@@ -45,9 +45,7 @@ def test_min_samples_is_the_smallest_that_qualifies() -> None:
         assert binom.sf(h - 2, h - 1 + t, 0.99) > 0.05
 
 
-@pytest.mark.parametrize(
-    "args", [(1.0, 0, 0.99), (0.0, 0, 0.99), (0.99, -1, 0.99), (0.99, 0, 1.0), (0.99, 1.5, 0.9)]
-)
+@pytest.mark.parametrize("args", [(1.0, 0, 0.99), (0.0, 0, 0.99), (0.99, -1, 0.99), (0.99, 0, 1.0), (0.99, 1.5, 0.9)])
 def test_min_samples_rejects_bad_input(args) -> None:
     with pytest.raises(ValueError):
         binomial_min_samples(*args)

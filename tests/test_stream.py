@@ -594,8 +594,10 @@ def test_template_read_with_a_foreign_event_takes_the_full_path() -> None:
 
 def _template_read(bodies: list[bytes], lead: int = 2) -> list[bytes]:
     """``lead`` events alone (the template is learned from them), then the rest in one read with the end."""
-    framed = [b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + b + b'"},"finish_reason":null}]}\n\n'
-              for b in bodies]
+    framed = [
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + b + b'"},"finish_reason":null}]}\n\n'
+        for b in bodies
+    ]
     tail = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
     return [*framed[:lead], b"".join(framed[lead:]) + tail]
 

@@ -74,8 +74,9 @@ def test_attainment_interval_brackets_the_estimate(met: int, n: int) -> None:
         ([(5, 400, 400), (10, 300, 400), (15, 400, 400)], 99, 5, 5, 10, True),
     ],
 )
-def test_capacity_at_slo(points: list[tuple[float, int, int]], target: float, rate: float | None, lower: float,
-                         upper: float, confirmed: bool) -> None:
+def test_capacity_at_slo(
+    points: list[tuple[float, int, int]], target: float, rate: float | None, lower: float, upper: float, confirmed: bool
+) -> None:
     c = capacity_at_slo(points, target)
     assert (c.rate, c.lower, c.upper, c.confirmed) == (rate, lower, upper, confirmed)
     assert c.note
@@ -84,8 +85,9 @@ def test_capacity_at_slo(points: list[tuple[float, int, int]], target: float, ra
 # --------------------------------------------------------------------------- saturation and the search
 
 
-def model_endpoint(rate: float, capacity: float = 40.0, slo_capacity: float = 30.0, out_tokens: int = 100,
-                   window_s: float = 30.0) -> Observation:
+def model_endpoint(
+    rate: float, capacity: float = 40.0, slo_capacity: float = 30.0, out_tokens: int = 100, window_s: float = 30.0
+) -> Observation:
     """A made-up endpoint: completes min(rate, capacity); TTFT climbs near capacity; attainment
     is perfect below ``slo_capacity`` and falls linearly above it."""
     done = min(rate, capacity)
@@ -93,9 +95,18 @@ def model_endpoint(rate: float, capacity: float = 40.0, slo_capacity: float = 30
     ttft = 20 / (1 - util) if rate < capacity else 20_000.0
     n = int(rate * window_s)
     att = 1.0 if rate <= slo_capacity else max(0.0, 1 - (rate - slo_capacity) / slo_capacity)
-    return Observation(rate=rate, offered_rps=rate, completed_rps=done, output_tps=done * out_tokens,
-                       expected_output_tps=rate * out_tokens, ttft_p50_ms=ttft, lag_p99_ms=1.0, failed_pct=0.0,
-                       met=int(att * n), n=n)
+    return Observation(
+        rate=rate,
+        offered_rps=rate,
+        completed_rps=done,
+        output_tps=done * out_tokens,
+        expected_output_tps=rate * out_tokens,
+        ttft_p50_ms=ttft,
+        lag_p99_ms=1.0,
+        failed_pct=0.0,
+        met=int(att * n),
+        n=n,
+    )
 
 
 def drive(cfg: AutoSearch, has_slo: bool, **endpoint: float) -> list[tuple[Step, Observation]]:
@@ -155,8 +166,13 @@ def test_auto_search_stops_at_max_rate_and_on_client_lag() -> None:
 
 
 def test_plan_bounds_and_description() -> None:
-    plan = SweepPlan("rates", arrivals=(Arrival("poisson", rate=1), Arrival("poisson", rate=2)),
-                     point_duration_s=10, warmup_s=2, drain_s=5)
+    plan = SweepPlan(
+        "rates",
+        arrivals=(Arrival("poisson", rate=1), Arrival("poisson", rate=2)),
+        point_duration_s=10,
+        warmup_s=2,
+        drain_s=5,
+    )
     assert plan.time_bound_s() == (24.0, 34.0)
     assert "2 points" in plan.describe()
     auto = SweepPlan("auto", point_duration_s=8, warmup_s=2, drain_s=15, has_slo=True)

@@ -24,8 +24,9 @@ def train(path: Path, kind: str) -> Path:
     if kind == "bytelevel":
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tk.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
     else:
         tk.pre_tokenizer = pre_tokenizers.Metaspace()
         tk.decoder = decoders.Metaspace()

@@ -74,12 +74,15 @@ def test_a_finite_trace_wraps_around_under_a_new_prefix(tmp_path: Path) -> None:
     assert w.session(5).session == 5
 
 
-@pytest.mark.parametrize(("row", "msg"), [
-    ("{not json", r"mc\.jsonl:3: not valid JSON"),
-    ('{"timestamp": 5, "input_length": -1, "output_length": 1}', r"mc\.jsonl:3: input_length: must be"),
-    ('{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": 7}', r"mc\.jsonl:3: hash_ids"),
-    ('[1, 2]', r"mc\.jsonl:3: each line must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("row", "msg"),
+    [
+        ("{not json", r"mc\.jsonl:3: not valid JSON"),
+        ('{"timestamp": 5, "input_length": -1, "output_length": 1}', r"mc\.jsonl:3: input_length: must be"),
+        ('{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": 7}', r"mc\.jsonl:3: hash_ids"),
+        ("[1, 2]", r"mc\.jsonl:3: each line must be a JSON object"),
+    ],
+)
 def test_malformed_mooncake_lines_are_named(tmp_path: Path, row: str, msg: str) -> None:
     write_lines(tmp_path / "mc.jsonl", [MOONCAKE[0], MOONCAKE[1], row])
     with pytest.raises(SpecError, match=msg):
@@ -94,15 +97,17 @@ def test_azure_csv_with_datetimes_and_no_trailing_newline(tmp_path: Path) -> Non
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         "2023-11-16 18:17:03.9799600,48,10\n"
         "2023-11-16 18:17:04.0319600,31,8\n"
-        "2023-11-16 18:17:05.9799600,11,27")
+        "2023-11-16 18:17:05.9799600,11,27"
+    )
     w = load_workload(spec(tmp_path, "azure", "az.csv"))
     np.testing.assert_array_equal(w.offsets_ns(), [0, 52_000_000, 2_000_000_000])
     t = [w.session(i).turns[0] for i in range(3)]
     assert [(x.prompt_tokens, x.max_tokens) for x in t] == [(48, 10), (31, 8), (11, 27)]
     assert [BUILTIN.count(x.text) for x in t] == [48, 31, 11]
     assert w.describe()["arrivals"]["requests"] == 3
-    (tmp_path / "az.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                                     "2023-11-16 18:17:03.97,48,10\n2023-11-16 18:17:04,x1,8\n")
+    (tmp_path / "az.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,48,10\n2023-11-16 18:17:04,x1,8\n"
+    )
     with pytest.raises(SpecError, match=r"az\.csv:3: ContextTokens: not a number: 'x1'"):
         load_workload(spec(tmp_path, "azure", "az.csv"))
     (tmp_path / "az.csv").write_text("TIMESTAMP,Context\n2023-11-16 18:17:03.97,48\n")
@@ -116,7 +121,8 @@ def test_burstgpt_reads_columns_by_name_and_filters(tmp_path: Path) -> None:
         "5,ChatGPT,472,18,490,Conversation log,a\n"
         "6,GPT-4,100,0,100,Conversation log,b\n"
         "7.5,ChatGPT,30,0,30,API log,c\n"
-        "9,ChatGPT,12,4,16,Conversation log,a\n")
+        "9,ChatGPT,12,4,16,Conversation log,a\n"
+    )
     w = load_workload(spec(tmp_path, "burstgpt", "b.csv"))
     assert w.size == 4 and w.session(1).turns[0].max_tokens == 1
     w = load_workload(spec(tmp_path, "burstgpt", "b.csv", "models: ChatGPT\nlog_types: [Conversation log]\n"))
@@ -130,15 +136,25 @@ def test_burstgpt_reads_columns_by_name_and_filters(tmp_path: Path) -> None:
 # -- sharegpt ---------------------------------------------------------------------------------
 
 SHAREGPT = [
-    {"id": "a", "conversations": [
-        {"from": "system", "value": "You are terse."},
-        {"from": "human", "value": "What is the capital of France?"},
-        {"from": "gpt", "value": "Paris is the capital."},
-        {"from": "human", "value": "And of Spain?"},
-        {"from": "gpt", "value": "Madrid."}]},
+    {
+        "id": "a",
+        "conversations": [
+            {"from": "system", "value": "You are terse."},
+            {"from": "human", "value": "What is the capital of France?"},
+            {"from": "gpt", "value": "Paris is the capital."},
+            {"from": "human", "value": "And of Spain?"},
+            {"from": "gpt", "value": "Madrid."},
+        ],
+    },
     {"id": "b", "conversations": [{"from": "gpt", "value": "orphan answer"}]},
-    {"id": "c", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"},
-                             {"role": "user", "content": "unanswered"}]},
+    {
+        "id": "c",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello there"},
+            {"role": "user", "content": "unanswered"},
+        ],
+    },
 ]
 
 
@@ -176,16 +192,23 @@ def test_malformed_sharegpt_records_are_named(tmp_path: Path) -> None:
 
 
 def agent_session(name: str, base: int) -> dict:
-    sub = [{"t": 0.0, "type": "n", "in": 40, "out": 5, "hash_ids": [500, 501, 502], "think_time": 0.0},
-           {"t": 3.0, "type": "n", "in": 60, "out": 6, "hash_ids": [500, 501, 502, 503], "think_time": 1.5}]
-    return {"id": name, "block_size": 16, "hash_id_scope": "local", "requests": [
-        {"t": 0.0, "type": "n", "in": 50, "out": 10, "hash_ids": [1, 2, 3], "think_time": 0.0},
-        {"t": 9.0, "type": "s", "in": 70 + base, "out": 8, "hash_ids": [1, 2, 3, 4], "think_time": 3.0},
-        {"t": 20.0, "type": "subagent", "agent_id": "agent_001", "requests": sub},
-        {"t": 22.0, "type": "subagent", "agent_id": "agent_002", "requests": sub},
-        {"t": 30.0, "type": "n", "in": 95 + base, "out": 7, "hash_ids": [1, 2, 3, 4, 5], "think_time": 20.0},
-        {"t": 40.0, "type": "n", "in": 60, "out": 4, "hash_ids": [1, 2, 3], "think_time": 200.0},
-    ]}
+    sub = [
+        {"t": 0.0, "type": "n", "in": 40, "out": 5, "hash_ids": [500, 501, 502], "think_time": 0.0},
+        {"t": 3.0, "type": "n", "in": 60, "out": 6, "hash_ids": [500, 501, 502, 503], "think_time": 1.5},
+    ]
+    return {
+        "id": name,
+        "block_size": 16,
+        "hash_id_scope": "local",
+        "requests": [
+            {"t": 0.0, "type": "n", "in": 50, "out": 10, "hash_ids": [1, 2, 3], "think_time": 0.0},
+            {"t": 9.0, "type": "s", "in": 70 + base, "out": 8, "hash_ids": [1, 2, 3, 4], "think_time": 3.0},
+            {"t": 20.0, "type": "subagent", "agent_id": "agent_001", "requests": sub},
+            {"t": 22.0, "type": "subagent", "agent_id": "agent_002", "requests": sub},
+            {"t": 30.0, "type": "n", "in": 95 + base, "out": 7, "hash_ids": [1, 2, 3, 4, 5], "think_time": 20.0},
+            {"t": 40.0, "type": "n", "in": 60, "out": 4, "hash_ids": [1, 2, 3], "think_time": 200.0},
+        ],
+    }
 
 
 def test_agentic_trace_sessions_children_and_think(tmp_path: Path) -> None:
@@ -231,11 +254,17 @@ def test_builtin_trace_specs_take_a_path_override(tmp_path: Path, monkeypatch: p
     (tmp_path / "sg.json").write_text(json.dumps(SHAREGPT))
     (tmp_path / "a.json").write_text(json.dumps(agent_session("t", 0)))
     (tmp_path / "az.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.5,4,4\n1.5,5,5\n")
-    (tmp_path / "b.csv").write_text("Timestamp,Model,Request tokens,Response tokens,Log Type\n"
-                                    "1,ChatGPT,5,5,Conversation log\n")
+    (tmp_path / "b.csv").write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Log Type\n1,ChatGPT,5,5,Conversation log\n"
+    )
     monkeypatch.chdir(tmp_path)  # override paths are relative to the working directory
-    for name, path in (("mooncake", "mc.jsonl"), ("sharegpt", "sg.json"), ("agentic-trace", "a.json"),
-                       ("azure", "az.csv"), ("burstgpt", "b.csv")):
+    for name, path in (
+        ("mooncake", "mc.jsonl"),
+        ("sharegpt", "sg.json"),
+        ("agentic-trace", "a.json"),
+        ("azure", "az.csv"),
+        ("burstgpt", "b.csv"),
+    ):
         w = load_workload(name, overrides={"path": path})
         assert w.session(0).turns and w.describe()["path"] == str(tmp_path / path)
         orjson.dumps(w.describe())  # JSON-able for run.json, no numpy types

@@ -14,8 +14,12 @@ from loadgen.workload.load import SyntheticChat
 def test_client_timestamps_follow_the_servers_writes_at_light_load(tmp_path):
     truth = tmp_path / "truth.jsonl"
     settings = RunSettings(endpoint=None, model=None, arrival=Arrival("constant", rate=4), duration_s=4)
-    execute(settings, SyntheticChat(input_tokens=64, output_tokens=32, seed=1), tmp_path / "run",
-            sim_flags=["--truth", str(truth)])
+    execute(
+        settings,
+        SyntheticChat(input_tokens=64, output_tokens=32, seed=1),
+        tmp_path / "run",
+        sim_flags=["--truth", str(truth)],
+    )
     records = read_records(tmp_path / "run")
     err = timing_error(records, truth)
     assert err.matched == records.num_rows and err.mismatched == 0  # every token seen, none invented

@@ -58,8 +58,10 @@ class _Paced(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self.answer())
 
     async def answer(self) -> None:
-        self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                     b"Connection: keep-alive\r\n\r\n")
+        self.t.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: keep-alive\r\n\r\n"
+        )
         for _ in range(self.n):
             await asyncio.sleep(self.gap_s)
             self.log["wrote"].append(time.perf_counter_ns())
@@ -162,8 +164,11 @@ def test_a_bad_event_mid_body_ends_the_request_as_bad_stream(tmp_path: Path) -> 
             with RecordWriter(tmp_path / "r.arrows") as w:
                 engine = Engine(EngineConfig(url=url, model="m", run_id="t"), w)
                 wl = SyntheticChat(input_tokens=4, output_tokens=3)
-                await engine.run(Plan(wl.session, np.zeros(2, dtype=np.int64), np.arange(2)),
-                                 time.perf_counter_ns() + 5_000_000, grace_s=10)
+                await engine.run(
+                    Plan(wl.session, np.zeros(2, dtype=np.int64), np.arange(2)),
+                    time.perf_counter_ns() + 5_000_000,
+                    grace_s=10,
+                )
         return read_stream(tmp_path / "r.arrows").to_pydict()["status"]
 
     assert asyncio.run(go()) == ["bad_stream", "bad_stream"]
@@ -175,8 +180,11 @@ def test_reads_split_anywhere_are_all_delivered(split: int) -> None:
 
     async def go() -> bytes:
         got: list[bytes] = []
-        async with _streaming([(body[i:i + split], 0.0) for i in range(0, len(body), split)]) as url, \
-                aiohttp.ClientSession() as http, http.get(url) as resp:
+        async with (
+            _streaming([(body[i : i + split], 0.0) for i in range(0, len(body), split)]) as url,
+            aiohttp.ClientSession() as http,
+            http.get(url) as resp,
+        ):
             await wire.read_body(resp.content, lambda d, t: got.append(d), time.perf_counter_ns)
         return b"".join(got)
 
@@ -194,17 +202,21 @@ def test_a_held_request_due_during_a_burst_of_reads_is_sent_from_the_first_read_
         due[0] = 1 << 62  # the engine moves it on to the next held request
 
     async def go() -> None:
-        async with _streaming([(body[i:i + len(CHUNK)], 0.005) for i in range(0, len(body), len(CHUNK))]) as url, \
-                aiohttp.ClientSession() as http, http.get(url) as resp:
-            await wire.read_body(resp.content, lambda d, t: log.append(("read", t)), lambda: next(ticks),
-                                 (due, send_due))
+        async with (
+            _streaming([(body[i : i + len(CHUNK)], 0.005) for i in range(0, len(body), len(CHUNK))]) as url,
+            aiohttp.ClientSession() as http,
+            http.get(url) as resp,
+        ):
+            await wire.read_body(
+                resp.content, lambda d, t: log.append(("read", t)), lambda: next(ticks), (due, send_due)
+            )
 
     asyncio.run(go())
     sends = [i for i, (what, _) in enumerate(log) if what == "send"]
     assert len(sends) == 1
     i = sends[0]
     assert log[i - 1] == ("read", log[i][1]) and log[i][1] >= 4  # right after the read that passed it
-    assert all(t < 4 for what, t in log[:i - 1] if what == "read")
+    assert all(t < 4 for what, t in log[: i - 1] if what == "read")
 
 
 class _FakeTransport:
@@ -249,7 +261,8 @@ def test_held_bytes_for_a_closed_connection_are_lost_and_dropped_ones_never_go_o
 
 
 def test_while_the_timer_cannot_run_held_requests_go_out_from_the_reads_of_other_streams(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Stand-in for a loop busy with a burst of reads: the hold's own timer wakes 60 ms late
     (after the first request's, which starts the stream the others are due during). Requests
     due while another stream is being read still go out at their instant, from a read."""

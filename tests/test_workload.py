@@ -91,8 +91,17 @@ output: 16
 
 def test_builtin_synthetic_specs_build_consistent_sessions() -> None:
     specs = builtin_specs()
-    assert {"chat", "chat-multiturn", "rag", "agentic", "mooncake", "azure", "burstgpt",
-            "sharegpt", "agentic-trace"} <= set(specs)
+    assert {
+        "chat",
+        "chat-multiturn",
+        "rag",
+        "agentic",
+        "mooncake",
+        "azure",
+        "burstgpt",
+        "sharegpt",
+        "agentic-trace",
+    } <= set(specs)
     for name in ("chat", "chat-multiturn", "rag", "agentic"):
         w = load_workload(name, seed=3)
         assert w.describe()["kind"] == w.kind
@@ -222,16 +231,16 @@ print(h.hexdigest())
 
 
 def test_same_spec_and_seed_give_the_same_bytes_in_another_process(tmp_path: Path) -> None:
-    specs = [str(write(tmp_path, t, f"{n}.yaml")) for n, t in
-             (("chat", CHAT), ("agentic", AGENTIC), ("rag", RAG))]
+    specs = [str(write(tmp_path, t, f"{n}.yaml")) for n, t in (("chat", CHAT), ("agentic", AGENTIC), ("rag", RAG))]
     h = hashlib.sha256()
     for spec in specs:
         w = load_workload(spec, seed=7, salt="s")
         for i in range(12):
             h.update(session_bytes(w.session(i)))
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", _DIGEST, *specs], capture_output=True, text=True,
-                         env=env, check=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", _DIGEST, *specs], capture_output=True, text=True, env=env, check=True, cwd=tmp_path
+    )
     assert out.stdout.strip() == h.hexdigest()
     # session i does not depend on which sessions were built before it
     w = load_workload(specs[1], seed=7, salt="s")
@@ -263,32 +272,42 @@ def test_overrides_by_dotted_key_nested_dict_and_run_flags(tmp_path: Path) -> No
 
 ERRORS = [
     ("kind: chat\ninput: 10\noutput: 10\nsytem: 5\n", 4, "sytem", "unknown key (did you mean 'system'?)"),
-    ("kind: chat\ninput:\n  type: lognormal\n  mean: 0\n  sigma: 1\noutput: 5\n", 4, "input.mean",
-     "must be > 0"),
-    ("kind: chat\ninput:\n  type: lognormal\n  sigma: 1\noutput: 5\n", 2, "input",
-     "give exactly one of mean or median"),
+    ("kind: chat\ninput:\n  type: lognormal\n  mean: 0\n  sigma: 1\noutput: 5\n", 4, "input.mean", "must be > 0"),
+    (
+        "kind: chat\ninput:\n  type: lognormal\n  sigma: 1\noutput: 5\n",
+        2,
+        "input",
+        "give exactly one of mean or median",
+    ),
     ("kind: chatt\n", 1, "kind", "'chatt': use one of"),
     ("kind: chat\noutput: 5\n", 1, "input", "required"),
     ("kind: chat\ninput: {type: uniform, low: 9, high: 3}\noutput: 5\n", 2, "input.high", "must be >= low"),
     ("kind: chat\ninput: 5\noutput: {type: gamma, mean: 3}\n", 3, "output.type", "'gamma': use one of"),
     ("kind: chat\ninput: 5.5\noutput: 5\n", 2, "input", "must be a whole number"),
     ("kind: chat\ninput: 5\noutput: 5\ninput: 6\n", 4, "input", "duplicate key (first on line 2)"),
-    ("kind: rag\ndocuments: {count: 2, tokens: 5}\nk: 3\nquestion: 1\noutput: 1\n", 3, "k",
-     "must be <= documents.count (2)"),
-    ("kind: agentic\nfirst: 1\nturns: 2\ntool_result: 1\noutput: 1\nsubagents:\n  probability: 2\n", 7,
-     "subagents.probability", "must be <= 1"),
-    ("kind: chat\ninput: 5\noutput: 5\nthink: {type: normal, mean: 1, std: -1}\n", 4, "think.std",
-     "must be >= 0"),
-    ("kind: trace\nformat: sharegpt\npath: x.json\nwindow: 10\n", 4, "window",
-     "does not apply to format sharegpt"),
+    (
+        "kind: rag\ndocuments: {count: 2, tokens: 5}\nk: 3\nquestion: 1\noutput: 1\n",
+        3,
+        "k",
+        "must be <= documents.count (2)",
+    ),
+    (
+        "kind: agentic\nfirst: 1\nturns: 2\ntool_result: 1\noutput: 1\nsubagents:\n  probability: 2\n",
+        7,
+        "subagents.probability",
+        "must be <= 1",
+    ),
+    ("kind: chat\ninput: 5\noutput: 5\nthink: {type: normal, mean: 1, std: -1}\n", 4, "think.std", "must be >= 0"),
+    ("kind: trace\nformat: sharegpt\npath: x.json\nwindow: 10\n", 4, "window", "does not apply to format sharegpt"),
     ("kind: trace\nformat: azure\npath: nope.csv\n", 3, "path", "no such file or folder"),
     ("kind: chat\ninput: [1, 2\n", 3, None, "invalid YAML"),
 ]
 
 
 @pytest.mark.parametrize(("text", "line", "field", "msg"), ERRORS)
-def test_spec_errors_name_file_line_and_field(tmp_path: Path, text: str, line: int, field: str | None,
-                                              msg: str) -> None:
+def test_spec_errors_name_file_line_and_field(
+    tmp_path: Path, text: str, line: int, field: str | None, msg: str
+) -> None:
     p = write(tmp_path, text)
     with pytest.raises(SpecError) as e:
         load_workload(str(p))

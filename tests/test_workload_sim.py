@@ -38,8 +38,9 @@ def _run(tmp_path: Path, spec: str, name: str, rate: float, duration: float) -> 
     path = tmp_path / f"{name}.yaml"
     path.write_text(spec)
     workload = load_workload(str(path), seed=3)
-    settings = RunSettings(endpoint=None, model=None, arrival=Arrival("poisson", rate=rate), duration_s=duration,
-                           drain_s=30)
+    settings = RunSettings(
+        endpoint=None, model=None, arrival=Arrival("poisson", rate=rate), duration_s=duration, drain_s=30
+    )
     out = tmp_path / name
     execute(settings, workload, out, sim_flags=["--gpu", "h100", "--model", "llama-3.1-8b"])
     return read_records(out).sort_by([("session", "ascending"), ("turn", "ascending")]).to_pydict(), workload
@@ -66,8 +67,9 @@ def test_agentic_turns_follow_each_answer_after_the_think_time(tmp_path):
         # the context grows by the previous answer and a tool result, and its prefix is reused
         prompts = [rec["prompt_tokens_reported"][r] for r in rows]
         assert prompts == sorted(prompts) and prompts[-1] > prompts[0] + 3 * 120
-        assert all(rec["cached_tokens"][r] >= 0.8 * rec["prompt_tokens_reported"][rows[i]]
-                   for i, r in enumerate(rows[1:]))
+        assert all(
+            rec["cached_tokens"][r] >= 0.8 * rec["prompt_tokens_reported"][rows[i]] for i, r in enumerate(rows[1:])
+        )
 
 
 def test_agentic_requested_prompt_tokens_match_what_the_simulator_counted(tmp_path):

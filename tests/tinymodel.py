@@ -122,8 +122,11 @@ def _weights(spec: TinySpec, n_vocab: int, banned: list[int]) -> dict[str, np.nd
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
     ones = np.ones(spec.n_embd, dtype=np.float32)
-    w = {"token_embd.weight": mat(n_vocab, spec.n_embd), "output_norm.weight": ones,
-         "output.weight": mat(n_vocab, spec.n_embd)}
+    w = {
+        "token_embd.weight": mat(n_vocab, spec.n_embd),
+        "output_norm.weight": ones,
+        "output.weight": mat(n_vocab, spec.n_embd),
+    }
     for i in range(spec.n_layer):
         p = f"blk.{i}."
         w |= {

@@ -53,8 +53,7 @@ class Capacity:
     note: str
 
 
-def capacity_at_slo(points: list[tuple[float, int, int]], target_pct: float,
-                    confidence: float = 0.95) -> Capacity:
+def capacity_at_slo(points: list[tuple[float, int, int]], target_pct: float, confidence: float = 0.95) -> Capacity:
     """From (rate, met, n) per point; assumes attainment falls as the rate rises."""
     pts = sorted((r, m, n) for r, m, n in points if n > 0)
     target = target_pct / 100.0
@@ -74,8 +73,10 @@ def capacity_at_slo(points: list[tuple[float, int, int]], target_pct: float,
     elif confirmed:
         note = f"{rate:g} req/s met {target_pct:g}% with {confidence:.0%} confidence"
     else:
-        note = (f"{rate:g} req/s met {target_pct:g}% on the point estimate, not confirmed: "
-                f"a clean confirmation needs >= {need} requests in the window")
+        note = (
+            f"{rate:g} req/s met {target_pct:g}% on the point estimate, not confirmed: "
+            f"a clean confirmation needs >= {need} requests in the window"
+        )
     if first_miss == math.inf and rate is not None:
         note += "; no point missed the SLO, so capacity may be higher"
     return Capacity(rate, lower, upper, confirmed, target_pct, note)

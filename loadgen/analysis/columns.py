@@ -16,8 +16,6 @@ import pyarrow.compute as pc
 __all__ = ["Cols", "ms", "gaps", "itl_icl", "int_column"]
 
 
-
-
 @dataclass
 class Cols:
     """The table's columns as numpy arrays (ints with a validity mask, never NaN)."""
@@ -112,7 +110,6 @@ def gaps(owner: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def ms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(a - b) in ms; the int64 difference is taken first so ns precision is kept."""
     return (a - b).astype(np.float64) / 1e6
-
 
 
 def itl_icl(c: Cols, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -109,8 +109,10 @@ def traffic_mismatches(sides: Sequence[Side]) -> list[str]:
             out.append(f"{ref.name} and {other.name} sent different --extra-body fields (check they are equivalent)")
         pa_, pb = _points_key(ref.analysis), _points_key(other.analysis)
         if pa_ != pb:
-            out.append(f"{ref.name} and {other.name} have different load points; only matching loads are compared "
-                       "point by point")
+            out.append(
+                f"{ref.name} and {other.name} have different load points; only matching loads are compared "
+                "point by point"
+            )
         salt_a = (a.get("sweep") or {}).get("point_salt")
         salt_b = (b.get("sweep") or {}).get("point_salt")
         if salt_a != salt_b:
@@ -132,8 +134,14 @@ def _names(run_dirs: Sequence[Path], names: Sequence[str] | None) -> list[str]:
     return [n if base.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(base)]
 
 
-def compare_runs(run_dirs: Sequence[Path], *, names: Sequence[str] | None = None, slo: SLO | None = None,
-                 slo_name: str | None = None, target_pct: float | None = None) -> Comparison:
+def compare_runs(
+    run_dirs: Sequence[Path],
+    *,
+    names: Sequence[str] | None = None,
+    slo: SLO | None = None,
+    slo_name: str | None = None,
+    target_pct: float | None = None,
+) -> Comparison:
     """Analyse every run under one SLO (given, else the first run's) and compare them."""
     if len(run_dirs) < 2:
         raise ConfigError("compare needs at least two run folders")
@@ -148,12 +156,16 @@ def compare_runs(run_dirs: Sequence[Path], *, names: Sequence[str] | None = None
     notes = []
     own = {s.name: s.analysis.meta.get("sweep", {}).get("slo") for s in sides}
     if len({str(v) for v in own.values()}) > 1:
-        notes.append(f"the runs recorded different SLOs; all are judged against {slo} ({target:g}%)" if slo else
-                     "the runs recorded different SLOs and none was given: SLO figures are not compared (use --slo)")
+        notes.append(
+            f"the runs recorded different SLOs; all are judged against {slo} ({target:g}%)"
+            if slo
+            else "the runs recorded different SLOs and none was given: SLO figures are not compared (use --slo)"
+        )
     gpus = {s.name: s.analysis.gpus for s in sides}
     if any(g is None for g in gpus.values()) and any(g is not None for g in gpus.values()):
-        mismatches.append("only some runs give --gpus: per-GPU figures are not comparable; "
-                          "aggregate figures are compared instead")
+        mismatches.append(
+            "only some runs give --gpus: per-GPU figures are not comparable; aggregate figures are compared instead"
+        )
     verdicts = _headline(sides, slo, target) + _matched(sides)
     return Comparison(sides, mismatches, verdicts, slo, target, notes)
 
@@ -213,8 +225,11 @@ def _cost_at_capacity(sides: Sequence[Side], per_gpu: bool) -> list[Verdict]:
         price = next(iter(a.prices.values()))
         g = a.gpus or 1.0
         lo, hi = at.output_tps_ci
-        cost[s.name] = (cost_per_million(at.summary.output_tps, price, g), cost_per_million(hi, price, g),
-                        cost_per_million(lo, price, g))
+        cost[s.name] = (
+            cost_per_million(at.summary.output_tps, price, g),
+            cost_per_million(hi, price, g),
+            cost_per_million(lo, price, g),
+        )
     if len(cost) < 2:
         return []
     return [_verdict("$/M output tokens at capacity", "lower", cost, "$")]
@@ -224,8 +239,9 @@ def _nan_low(v: float | None) -> float:
     return -math.inf if v is None or v != v else v
 
 
-def _verdict(metric: str, better: str, values: dict[str, tuple[float, float, float]], unit: str,
-             group: str = "headline") -> Verdict:
+def _verdict(
+    metric: str, better: str, values: dict[str, tuple[float, float, float]], unit: str, group: str = "headline"
+) -> Verdict:
     winner, why = separated_winner(values, better)
     return Verdict(metric, better, values, winner, why, unit, group)
 

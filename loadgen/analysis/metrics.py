@@ -321,9 +321,7 @@ def _status_counts(status: np.ndarray) -> dict[str, int]:
 # --------------------------------------------------------------------------- validity
 
 
-def validity_warnings(
-    summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100
-) -> list[str]:
+def validity_warnings(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[str]:
     """Reasons a reader should distrust or qualify this result, in plain words."""
     s, out = summary, []
     lag99 = s.schedule_lag.pct(99)[0]
@@ -338,13 +336,10 @@ def validity_warnings(
         need = max(min_samples, min_samples_bounded(99, d.confidence))
         if 0 < d.n < need:
             out.append(
-                f"only {d.n} {name} samples: a p99 with a bounded "
-                f"{d.confidence:.0%} interval needs at least {need}"
+                f"only {d.n} {name} samples: a p99 with a bounded {d.confidence:.0%} interval needs at least {need}"
             )
     if s.token_mismatch:
-        out.append(
-            f"{s.token_mismatch} requests: reported output tokens differ from the streamed count"
-        )
+        out.append(f"{s.token_mismatch} requests: reported output tokens differ from the streamed count")
     if s.prompt_compared and abs(s.prompt_gap_pct) > 10:
         out.append(
             f"prompt tokens reported differ from requested by {s.prompt_gap_pct:+.1f} % "
@@ -384,5 +379,3 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (int, float, np.integer, np.floating)):
         return json_number(v)
     return str(v)
-
-

@@ -27,8 +27,16 @@ from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import read_records, read_run_meta
 from loadgen.sweep.search import AutoSearch, observe, saturation_reason
 
-__all__ = ["PointFigures", "RunAnalysis", "analyze_run", "rate_ci", "slo_from_json",
-           "slo_to_json", "compact_warnings", "point_window"]
+__all__ = [
+    "PointFigures",
+    "RunAnalysis",
+    "analyze_run",
+    "rate_ci",
+    "slo_from_json",
+    "slo_to_json",
+    "compact_warnings",
+    "point_window",
+]
 
 _BATCHES = 8  # batch means for the throughput interval
 _FEW = re.compile(r"^only (\d+) (\S+) samples: a p99 with a bounded (\S+) interval needs at least (\d+)$")
@@ -125,15 +133,23 @@ class RunAnalysis:
 def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> dict[str, Any] | None:
     if slo is None:
         return None
-    return {"name": name, "ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms,
-            "target_pct": target_pct}
+    return {
+        "name": name,
+        "ttft_ms": slo.ttft_ms,
+        "tpot_ms": slo.tpot_ms,
+        "e2e_ms": slo.e2e_ms,
+        "target_pct": target_pct,
+    }
 
 
 def slo_from_json(d: dict[str, Any] | None) -> tuple[SLO | None, str, float]:
     if not d:
         return None, "", 99.0
-    return (SLO(d.get("ttft_ms"), d.get("tpot_ms"), d.get("e2e_ms")), str(d.get("name") or ""),
-            float(d.get("target_pct") or 99.0))
+    return (
+        SLO(d.get("ttft_ms"), d.get("tpot_ms"), d.get("e2e_ms")),
+        str(d.get("name") or ""),
+        float(d.get("target_pct") or 99.0),
+    )
 
 
 def rate_ci(count: int, seconds: float, confidence: float = 0.95) -> tuple[float, float]:
@@ -167,8 +183,9 @@ def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tupl
     return (max(0.0, m - half), m + half)
 
 
-def point_window(table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0,
-                 verb: str = "measured") -> tuple[Window, str | None]:
+def point_window(
+    table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0, verb: str = "measured"
+) -> tuple[Window, str | None]:
     """The point's measurement window; when warm-up leaves none (too few requests), the whole
     span, with a warning that says so (``verb``: what was done with it; the gate "judged" it),
     rather than no figures at all. The reports, the sweep and the gate all choose windows here."""
@@ -183,8 +200,16 @@ def _point_meta(meta: dict[str, Any], table: pa.Table) -> list[dict[str, Any]]:
         return list(meta["points"])
     s = meta.get("settings", {})
     arr = s.get("arrival", {})
-    return [{"index": 0, "arrival": arr, "phase": "run", "warmup_s": s.get("warmup_s", 0.0),
-             "cooldown_s": s.get("cooldown_s", 0.0), "client": meta.get("client", {})}]
+    return [
+        {
+            "index": 0,
+            "arrival": arr,
+            "phase": "run",
+            "warmup_s": s.get("warmup_s", 0.0),
+            "cooldown_s": s.get("cooldown_s", 0.0),
+            "client": meta.get("client", {}),
+        }
+    ]
 
 
 def analyze_run(
@@ -221,19 +246,43 @@ def analyze_run(
     capacity = None
     open_pts = [p for p in points if p.rate is not None]
     if slo is not None and open_pts:
-        capacity = capacity_at_slo([(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts
-                                    if p.rate is not None], target)
+        capacity = capacity_at_slo(
+            [(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts if p.rate is not None], target
+        )
     warnings = client_warnings(meta) + simulator_warnings(meta)
     if sw and not sw.get("point_salt", True):
-        warnings.append("per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
-                        "from one load point into the next, which flatters later points")
-    return RunAnalysis(run_dir, meta, points, front, slo, slo_name, target, gpus, prices, capacity,
-                       _saturation(open_pts), warnings, table, sw.get("point_salt") if sw else None,
-                       sw.get("search_end"))
+        warnings.append(
+            "per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
+            "from one load point into the next, which flatters later points"
+        )
+    return RunAnalysis(
+        run_dir,
+        meta,
+        points,
+        front,
+        slo,
+        slo_name,
+        target,
+        gpus,
+        prices,
+        capacity,
+        _saturation(open_pts),
+        warnings,
+        table,
+        sw.get("point_salt") if sw else None,
+        sw.get("search_end"),
+    )
 
 
-def _figures(k: int, pm: dict[str, Any], table: pa.Table, slo: SLO | None, gpus: float | None,
-             prices: dict[str, float], lag_limit_ms: float) -> PointFigures:
+def _figures(
+    k: int,
+    pm: dict[str, Any],
+    table: pa.Table,
+    slo: SLO | None,
+    gpus: float | None,
+    prices: dict[str, float],
+    lag_limit_ms: float,
+) -> PointFigures:
     arr = pm.get("arrival", {})
     window, problem = point_window(table, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))
     s = summarize(table, window, slo)
@@ -246,11 +295,18 @@ def _figures(k: int, pm: dict[str, Any], table: pa.Table, slo: SLO | None, gpus:
     warns = validity_warnings(s, lag_p99_limit_ms=lag_limit_ms) if s.requests else ["no requests in the window"]
     warns = compact_warnings(warns) + ([problem] if problem else [])
     return PointFigures(
-        index=k, label=str(arr.get("label", "")), phase=str(pm.get("phase", "")),
+        index=k,
+        label=str(arr.get("label", "")),
+        phase=str(pm.get("phase", "")),
         rate=arr.get("rate") if arr.get("kind") != "closed" else None,
         concurrency=arr.get("concurrency") if arr.get("kind") == "closed" else None,
-        summary=s, output_tps_ci=_throughput_ci(table, s.window), gpus=gpus, attainment_ci=att,
-        goodput_ci=gp, costs=costs, warnings=warns,
+        summary=s,
+        output_tps_ci=_throughput_ci(table, s.window),
+        gpus=gpus,
+        attainment_ci=att,
+        goodput_ci=gp,
+        costs=costs,
+        warnings=warns,
     )
 
 

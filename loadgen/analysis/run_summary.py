@@ -53,8 +53,7 @@ def client_warnings(meta: dict[str, Any]) -> list[str]:
             )
         if c.get("sends_delayed_by_max_inflight"):
             out.append(
-                f"{c['sends_delayed_by_max_inflight']} sends waited for --max-inflight: "
-                "the open loop was capped"
+                f"{c['sends_delayed_by_max_inflight']} sends waited for --max-inflight: the open loop was capped"
             )
         if c.get("loop_lag_max_ms", 0) > 50:
             out.append(f"the client's event loop stalled for up to {c['loop_lag_max_ms']:.0f} ms")
@@ -66,8 +65,10 @@ def simulator_warnings(meta: dict[str, Any]) -> list[str]:
     late, steps = sim.get("late_steps", 0), sim.get("steps", 0)
     # a rare step a few ms late is scheduling noise; many, or a long stall, distort what was measured
     if late and (late > 0.01 * max(steps, 1) or sim.get("max_lateness_ms", 0) > 20):
-        return [f"the simulator fell behind its own model on {late} of {steps} steps (up to "
-                f"{sim.get('max_lateness_ms', 0):.1f} ms late): its answers were slower than modelled"]
+        return [
+            f"the simulator fell behind its own model on {late} of {steps} steps (up to "
+            f"{sim.get('max_lateness_ms', 0):.1f} ms late): its answers were slower than modelled"
+        ]
     return []
 
 
@@ -151,19 +152,32 @@ def latency_table(s: Summary) -> Table:
         ("per-user tok/s", s.per_user_tps),
     )
     for name, d in rows:
-        t.add_row(name, str(d.n), _fmt(d.mean) if d.n else "-",
-                  *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9")))
+        t.add_row(
+            name, str(d.n), _fmt(d.mean) if d.n else "-", *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9"))
+        )
     return t
 
 
 def throughput_table(s: Summary) -> Table:
     t = Table(title="throughput", show_edge=False)
-    for col in ("offered req/s", "sent req/s", "completed req/s", "output tok/s", "total tok/s",
-                "success %", "goodput req/s", "SLO attainment %"):
+    for col in (
+        "offered req/s",
+        "sent req/s",
+        "completed req/s",
+        "output tok/s",
+        "total tok/s",
+        "success %",
+        "goodput req/s",
+        "SLO attainment %",
+    ):
         t.add_column(col, justify="right")
     t.add_row(
-        f"{s.offered_rps:.2f}", f"{s.sent_rps:.2f}", f"{s.completed_rps:.2f}", f"{s.output_tps:.1f}",
-        f"{s.total_tps:.1f}", f"{s.success_pct:.1f}",
+        f"{s.offered_rps:.2f}",
+        f"{s.sent_rps:.2f}",
+        f"{s.completed_rps:.2f}",
+        f"{s.output_tps:.1f}",
+        f"{s.total_tps:.1f}",
+        f"{s.success_pct:.1f}",
         "-" if s.goodput_rps is None else f"{s.goodput_rps:.2f}",
         "-" if s.slo_attainment_pct is None else f"{s.slo_attainment_pct:.1f}",
     )

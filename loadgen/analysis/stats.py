@@ -52,9 +52,7 @@ def _nearest_rank(n: int, q: float) -> int:
     return max(math.ceil(round(q * n, 9)), 1) - 1
 
 
-def percentile_ci(
-    sorted_values: np.ndarray, p: float, confidence: float = 0.95
-) -> tuple[float, float, float]:
+def percentile_ci(sorted_values: np.ndarray, p: float, confidence: float = 0.95) -> tuple[float, float, float]:
     """(estimate, lower, upper) of the p-th percentile of sorted data.
 
     The estimate is the nearest-rank order statistic (numpy's "inverted_cdf"):
@@ -99,9 +97,7 @@ def mean_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float,
     m = float(np.mean(x))
     if n == 1:
         return (m, -_INF, _INF)
-    half = (
-        float(_sps.t.ppf(0.5 + confidence / 2.0, n - 1)) * float(np.std(x, ddof=1)) / math.sqrt(n)
-    )
+    half = float(_sps.t.ppf(0.5 + confidence / 2.0, n - 1)) * float(np.std(x, ddof=1)) / math.sqrt(n)
     return (m, m - half, m + half)
 
 

@@ -14,14 +14,18 @@ from hdrh.histogram import HdrHistogram
 from loadgen.analysis.columns import Cols, gaps, ms
 from loadgen.analysis.window import MetricsError
 
-__all__ = ["IntervalHistograms", "timeseries", "interval_histograms", "iter_interval_histograms",
-           "hist_percentile", "HIST_HIGHEST_US"]
+__all__ = [
+    "IntervalHistograms",
+    "timeseries",
+    "interval_histograms",
+    "iter_interval_histograms",
+    "hist_percentile",
+    "HIST_HIGHEST_US",
+]
 
 # HdrHistogram range: 1 us .. 1 hour, 3 significant digits (0.1 % relative error).
 HIST_HIGHEST_US = 3_600_000_000
 _HIST_DIGITS = 3
-
-
 
 
 @dataclass
@@ -120,9 +124,7 @@ class _Series:
     e2e: _Sparse
 
     def histograms(self, i: int) -> IntervalHistograms:
-        return IntervalHistograms(
-            self.t0 + i * self.step, self.ttft.hist(i), self.itl.hist(i), self.e2e.hist(i)
-        )
+        return IntervalHistograms(self.t0 + i * self.step, self.ttft.hist(i), self.itl.hist(i), self.e2e.hist(i))
 
 
 def _series(table: pa.Table, interval_s: float, t0_ns: int | None) -> _Series | None:
@@ -168,9 +170,7 @@ def iter_interval_histograms(
             yield series.histograms(i)
 
 
-def interval_histograms(
-    table: pa.Table, interval_s: float = 1.0, t0_ns: int | None = None
-) -> list[IntervalHistograms]:
+def interval_histograms(table: pa.Table, interval_s: float = 1.0, t0_ns: int | None = None) -> list[IntervalHistograms]:
     """All of ``iter_interval_histograms`` as a list (mind memory on long runs)."""
     return list(iter_interval_histograms(table, interval_s, t0_ns))
 

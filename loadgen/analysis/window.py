@@ -98,9 +98,7 @@ def choose_window(
     if last == first:
         done = [int(v.max()) for k in ("t_done", "t_last") if (v := _valid(table, k)).size]
         end = max([first + 1, *done])
-        return Window(
-            first, end, first, **opts, how="one scheduled instant: until the last completion"
-        )
+        return Window(first, end, first, **opts, how="one scheduled instant: until the last completion")
     span_end = last + (last - first) // (n - 1)
     start = first + round(warmup_s * 1e9)
     if warmup_requests:
@@ -110,8 +108,7 @@ def choose_window(
         end = min(end, int(ts[n - cooldown_requests]))
     if end <= start:
         raise MetricsError(
-            f"warm-up and cool-down leave no measurement window: the schedule spans "
-            f"{(span_end - first) / 1e9:.3f} s"
+            f"warm-up and cool-down leave no measurement window: the schedule spans {(span_end - first) / 1e9:.3f} s"
         )
     how = (
         f"requests scheduled in the window; warm-up {warmup_s:g} s / {warmup_requests} req, "

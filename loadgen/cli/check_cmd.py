@@ -13,29 +13,56 @@ from loadgen.errors import ConfigError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     items = "; ".join(f"{k}: {v}" for k, v in ITEMS.items())
     p = sub.add_parser(
-        "check", help="check an endpoint's OpenAI compatibility and honesty (stream, usage, limits, errors)",
+        "check",
+        help="check an endpoint's OpenAI compatibility and honesty (stream, usage, limits, errors)",
         description="Send a battery of small requests and report each item pass / fail / skip with evidence. "
-                    "Exit code 0 when nothing failed, 1 when an item failed, 2 on a usage error. "
-                    f"Items: {items}.")
+        "Exit code 0 when nothing failed, 1 when an item failed, 2 on a usage error. "
+        f"Items: {items}.",
+    )
     g = p.add_argument_group("target")
-    g.add_argument("--endpoint", default=None, metavar="URL",
-                   help="OpenAI base URL (default: $OPENAI_BASE_URL, else the built-in simulator on loopback)")
+    g.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="OpenAI base URL (default: $OPENAI_BASE_URL, else the built-in simulator on loopback)",
+    )
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
-    g.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="read the API key from $NAME (default $OPENAI_API_KEY); it is never written anywhere")
-    g.add_argument("--tokenizer", default=None, metavar="PATH",
-                   help="the endpoint's tokenizer.json (or its folder): verifies usage exactly; without it "
-                        "output chunks are counted, which proves under-reporting but not over-reporting")
+    g.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="read the API key from $NAME (default $OPENAI_API_KEY); it is never written anywhere",
+    )
+    g.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="the endpoint's tokenizer.json (or its folder): verifies usage exactly; without it "
+        "output chunks are counted, which proves under-reporting but not over-reporting",
+    )
     g.add_argument("--timeout", type=float, default=60.0, metavar="S", help="limit per request (default 60 s)")
     g.add_argument("--streams", type=int, default=8, help="concurrent streams for concurrent-streams (default 8)")
-    g.add_argument("--max-tokens", type=int, default=64,
-                   help="answer length asked for (default 64; ignore-eos expects exactly this many)")
-    g.add_argument("--context-len", type=int, default=None, metavar="TOKENS",
-                   help="the model's context length, for the over-long prompt (default: asked of the endpoint)")
+    g.add_argument(
+        "--max-tokens",
+        type=int,
+        default=64,
+        help="answer length asked for (default 64; ignore-eos expects exactly this many)",
+    )
+    g.add_argument(
+        "--context-len",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="the model's context length, for the over-long prompt (default: asked of the endpoint)",
+    )
     o = p.add_argument_group("outputs")
     o.add_argument("--junit", metavar="FILE", default=None, help="write JUnit XML (one testcase per item)")
-    o.add_argument("--markdown", metavar="FILE", default=None,
-                   help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)")
+    o.add_argument(
+        "--markdown",
+        metavar="FILE",
+        default=None,
+        help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)",
+    )
     o.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON")
     add_sim_options(p)
     p.set_defaults(func=main)
@@ -58,9 +85,16 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = get_tokenizer(args.tokenizer) if args.tokenizer else None
     api_key = api_key_from_env(args.api_key_env)
     with target(resolve_endpoint(args), sim_args(args)) as (url, _):
-        opts = CheckOptions(url=url, model=args.model, api_key=api_key, tokenizer=tokenizer,
-                            timeout_s=args.timeout, streams=args.streams, max_tokens=args.max_tokens,
-                            context_len=args.context_len)
+        opts = CheckOptions(
+            url=url,
+            model=args.model,
+            api_key=api_key,
+            tokenizer=tokenizer,
+            timeout_s=args.timeout,
+            streams=args.streams,
+            max_tokens=args.max_tokens,
+            context_len=args.context_len,
+        )
         outcome = asyncio.run(run_check(opts))
     print_outcome(outcome)
     write_outputs(outcome, junit=args.junit, markdown=args.markdown, json=args.json)

@@ -18,14 +18,20 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="bake-off: compare runs of the same traffic, winners only where intervals "
-                                       "separate",
-                       description="Compare sweeps or runs of the same workload and seed against different "
-                                   "endpoints: frontiers, capacity and goodput at SLO, cost, latency at matched load.")
+    p = sub.add_parser(
+        "compare",
+        help="bake-off: compare runs of the same traffic, winners only where intervals separate",
+        description="Compare sweeps or runs of the same workload and seed against different "
+        "endpoints: frontiers, capacity and goodput at SLO, cost, latency at matched load.",
+    )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (from loadgen sweep or loadgen run)")
     p.add_argument("--name", action="append", default=None, help="a name per run, in order (default: folder names)")
-    p.add_argument("--slo", default=None, metavar="PROFILE",
-                   help="SLO to judge every run by (default: the first run's); profile or ttft=..,tpot=..,e2e=..")
+    p.add_argument(
+        "--slo",
+        default=None,
+        metavar="PROFILE",
+        help="SLO to judge every run by (default: the first run's); profile or ttft=..,tpot=..,e2e=..",
+    )
     p.add_argument("--slo-target", type=float, default=None, metavar="PCT", help="attainment target (default 99)")
     p.add_argument("--out", default=None, metavar="DIR", help="folder for compare.html (default runs/compare-<time>)")
     p.set_defaults(func=main)
@@ -74,8 +80,9 @@ def main(args: argparse.Namespace) -> int:
 
     slo, slo_name, target = resolve_slo(args.slo)
     target = args.slo_target if args.slo_target is not None else target
-    c = compare_runs([Path(r) for r in args.runs], names=args.name, slo=slo, slo_name=slo_name or None,
-                     target_pct=target)
+    c = compare_runs(
+        [Path(r) for r in args.runs], names=args.name, slo=slo, slo_name=slo_name or None, target_pct=target
+    )
     out = Path(args.out) if args.out else Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S")
     path = write_compare(c, out)
     console = Console(width=None if sys.stdout.isatty() else 160)

@@ -23,10 +23,12 @@ EXIT_CODES = "exit code 0 pass, 1 fail, 3 inconclusive (see --inconclusive), 2 u
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "gate", help="judge a run folder against an SLO profile (exit code for CI)",
+        "gate",
+        help="judge a run folder against an SLO profile (exit code for CI)",
         description="Judge every criterion of an SLO profile with confidence: PASS only when the confidence "
-                    "bound is inside the limit, FAIL when clearly outside, INCONCLUSIVE otherwise (with the "
-                    f"samples that would decide it). With --baseline, also fail regressions. {EXIT_CODES}.")
+        "bound is inside the limit, FAIL when clearly outside, INCONCLUSIVE otherwise (with the "
+        f"samples that would decide it). With --baseline, also fail regressions. {EXIT_CODES}.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="run folder written by loadgen run / sweep")
     add_gate_options(p, standalone=True)
     p.set_defaults(func=main)
@@ -37,22 +39,41 @@ def add_gate_options(p: argparse.ArgumentParser, standalone: bool = False) -> No
     g = p.add_argument_group("SLO gate")
     names = ", ".join(profile_names()) or "none"
     try:
-        g.add_argument("--slo", metavar="PROFILE", required=standalone, default=None,
-                       help=f"SLO profile: a YAML file or a built-in name ({names})")
+        g.add_argument(
+            "--slo",
+            metavar="PROFILE",
+            required=standalone,
+            default=None,
+            help=f"SLO profile: a YAML file or a built-in name ({names})",
+        )
     except argparse.ArgumentError:
         pass  # the command has its own --slo (sweep: also per-request bounds); the gate reads the same value
     if not standalone:
-        g.add_argument("--gate", action="store_true",
-                       help=f"after the run, judge it against --slo and set the {EXIT_CODES}")
-    g.add_argument("--baseline", metavar="RUN_DIR", default=None,
-                   help="also fail when a criterion's metric regressed against this run beyond --tolerance")
-    g.add_argument("--tolerance", default="5%", metavar="PCT",
-                   help="relative change allowed against --baseline (default 5%%)")
-    g.add_argument("--inconclusive", choices=("pass", "fail"), default=None,
-                   help="map an INCONCLUSIVE verdict to exit code 0 (pass) or 1 (fail) instead of 3")
+        g.add_argument(
+            "--gate", action="store_true", help=f"after the run, judge it against --slo and set the {EXIT_CODES}"
+        )
+    g.add_argument(
+        "--baseline",
+        metavar="RUN_DIR",
+        default=None,
+        help="also fail when a criterion's metric regressed against this run beyond --tolerance",
+    )
+    g.add_argument(
+        "--tolerance", default="5%", metavar="PCT", help="relative change allowed against --baseline (default 5%%)"
+    )
+    g.add_argument(
+        "--inconclusive",
+        choices=("pass", "fail"),
+        default=None,
+        help="map an INCONCLUSIVE verdict to exit code 0 (pass) or 1 (fail) instead of 3",
+    )
     g.add_argument("--junit", metavar="FILE", default=None, help="write JUnit XML (one testcase per criterion)")
-    g.add_argument("--markdown", metavar="FILE", default=None,
-                   help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)")
+    g.add_argument(
+        "--markdown",
+        metavar="FILE",
+        default=None,
+        help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)",
+    )
     g.add_argument("--json", metavar="FILE", default=None, help="write the verdicts as JSON")
 
 
@@ -99,8 +120,13 @@ def gate_after_run(run_dir: Path, args: argparse.Namespace) -> int:
     from loadgen.conformance.ci_outputs import print_outcome, write_outputs
     from loadgen.conformance.gate import gate_run, parse_tolerance
 
-    outcome = gate_run(Path(run_dir), profile, baseline=Path(args.baseline) if args.baseline else None,
-                       tolerance=parse_tolerance(args.tolerance), inconclusive=args.inconclusive)
+    outcome = gate_run(
+        Path(run_dir),
+        profile,
+        baseline=Path(args.baseline) if args.baseline else None,
+        tolerance=parse_tolerance(args.tolerance),
+        inconclusive=args.inconclusive,
+    )
     print_outcome(outcome)
     write_outputs(outcome, junit=args.junit, markdown=args.markdown, json=args.json)
     return outcome.exit_code

@@ -43,14 +43,20 @@ class LiveView:
 
     def __rich__(self) -> Table:
         t = Table(title=self.title, show_edge=False)
-        for col in ("scheduled", "sent", "in flight", "done", "errors", "TTFT p50 ms", "ITL p50 ms",
-                    "lag p99 ms"):
+        for col in ("scheduled", "sent", "in flight", "done", "errors", "TTFT p50 ms", "ITL p50 ms", "lag p99 ms"):
             t.add_column(col, justify="right")
         if self.engines:
             live = self.engines[0].live
-            t.add_row(str(live.scheduled), str(live.sent), str(live.inflight), str(live.done),
-                      str(live.errors), _p50(list(live.recent_ttft_ms)), _p50(list(live.recent_itl_ms)),
-                      _p99(list(live.recent_lag_ms)))
+            t.add_row(
+                str(live.scheduled),
+                str(live.sent),
+                str(live.inflight),
+                str(live.done),
+                str(live.errors),
+                _p50(list(live.recent_ttft_ms)),
+                _p50(list(live.recent_itl_ms)),
+                _p99(list(live.recent_lag_ms)),
+            )
         return t
 
     def __enter__(self) -> LiveView:
@@ -105,8 +111,10 @@ class SweepView:
         self.rows.append(row)
         self.live_view.engines = []
         if not self.enabled:
-            self.console.print("point " + "  ".join(f"{c}={v}" for c, v in zip(self.columns, row, strict=True)
-                                                    if c != "#"), highlight=False)
+            self.console.print(
+                "point " + "  ".join(f"{c}={v}" for c, v in zip(self.columns, row, strict=True) if c != "#"),
+                highlight=False,
+            )
 
     def __enter__(self) -> SweepView:
         if self.enabled:

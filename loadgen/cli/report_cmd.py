@@ -7,11 +7,19 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="recompute and show a run's figures from its records",
-                       description="Recompute summary.json (and the reports) from records.parquet.")
+    p = sub.add_parser(
+        "report",
+        help="recompute and show a run's figures from its records",
+        description="Recompute summary.json (and the reports) from records.parquet.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--warmup", type=float, default=None, metavar="S",
-                   help="seconds excluded at the start (default: as the run was configured)")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds excluded at the start (default: as the run was configured)",
+    )
     p.add_argument("--cooldown", type=float, default=None, metavar="S", help="seconds excluded at the end")
     p.add_argument("--lag-limit-ms", type=float, default=None, help="schedule-lag p99 bound for validity")
     p.set_defaults(func=main)

@@ -19,8 +19,13 @@ if TYPE_CHECKING:
 # (flag without prefix, dest suffix, type, default, help)
 _OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
     ("gpu", "gpu", str, "h100", "GPU profile (h100, h200, b200, mi300x, a100 or a YAML file)"),
-    ("model", "model", str, "llama-3.1-8b", "model profile (llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, "
-                                            "deepseek-v3, gpt-oss-120b or a YAML file)"),
+    (
+        "model",
+        "model",
+        str,
+        "llama-3.1-8b",
+        "model profile (llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, deepseek-v3, gpt-oss-120b or a YAML file)",
+    ),
     ("tp", "tp", int, 1, "tensor-parallel GPUs"),
     ("max-num-seqs", "max_num_seqs", int, 256, "most sequences running at once"),
     ("max-batch-tokens", "max_batch_tokens", int, 8192, "token budget per engine step (chunked prefill)"),
@@ -32,17 +37,26 @@ _OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
     ("itl-ms", "itl_ms", float, None, "fixed-latency model: time between tokens"),
     ("served-model-name", "served_model_name", str, None, "model name the server answers to"),
     ("truth", "truth", str, None, "write one JSON line per request: arrival, queue wait, each token's time"),
-    ("faults", "faults", str, None, "inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
-                                    "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens"),
+    (
+        "faults",
+        "faults",
+        str,
+        None,
+        "inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
+        "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens",
+    ),
     ("tokens-per-chunk", "tokens_per_chunk", int, 1, "tokens per streamed chunk"),
     ("max-model-len", "max_model_len", int, None, "context length (default: the model's, capped by KV)"),
 )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="serve the built-in simulated inference engine",
-                       description="Serve an OpenAI-compatible API whose timing comes from a roofline model "
-                                   "of continuous batching on a named GPU and model.")
+    p = sub.add_parser(
+        "sim",
+        help="serve the built-in simulated inference engine",
+        description="Serve an OpenAI-compatible API whose timing comes from a roofline model "
+        "of continuous batching on a named GPU and model.",
+    )
     add_sim_options(p, prefix="")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
@@ -85,9 +99,14 @@ def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
         raise ConfigError(f"--prefix-cache {args.sim_prefix_cache!r}: use on or off")
     try:
         model = RooflineModel(
-            args.sim_gpu, args.sim_model, tp=args.sim_tp, max_num_seqs=args.sim_max_num_seqs,
-            max_batch_tokens=args.sim_max_batch_tokens, kv_util=args.sim_kv_util,
-            prefix_cache=args.sim_prefix_cache == "on", weight_dtype=args.sim_weight_dtype,
+            args.sim_gpu,
+            args.sim_model,
+            tp=args.sim_tp,
+            max_num_seqs=args.sim_max_num_seqs,
+            max_batch_tokens=args.sim_max_batch_tokens,
+            kv_util=args.sim_kv_util,
+            prefix_cache=args.sim_prefix_cache == "on",
+            weight_dtype=args.sim_weight_dtype,
             kv_dtype=args.sim_kv_dtype,
         )
     except (ProfileError, CapacityError, ValueError) as e:
@@ -107,8 +126,13 @@ def build_server(args: argparse.Namespace) -> SimServer:
         raise ConfigError(str(e)) from None
     if args.sim_max_model_len is not None:
         max_len = min(max_len, args.sim_max_model_len)
-    cfg = SimConfig(model_name=args.sim_served_model_name or name, max_model_len=max_len,
-                    tokens_per_chunk=args.sim_tokens_per_chunk, faults=faults, truth_path=args.sim_truth)
+    cfg = SimConfig(
+        model_name=args.sim_served_model_name or name,
+        max_model_len=max_len,
+        tokens_per_chunk=args.sim_tokens_per_chunk,
+        faults=faults,
+        truth_path=args.sim_truth,
+    )
     return SimServer(model, cfg)
 
 
@@ -134,8 +158,11 @@ async def serve(args: argparse.Namespace) -> None:
         await server.stop()
         stats = server.model.stats()
         if stats.get("late_steps_total"):
-            print(f"loadgen sim: the simulator fell behind its own model on {int(stats['late_steps_total'])} "
-                  f"steps (up to {stats.get('max_lateness_seconds', 0) * 1e3:.1f} ms late)", file=sys.stderr)
+            print(
+                f"loadgen sim: the simulator fell behind its own model on {int(stats['late_steps_total'])} "
+                f"steps (up to {stats.get('max_lateness_seconds', 0) * 1e3:.1f} ms late)",
+                file=sys.stderr,
+            )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -33,33 +33,62 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="sweep load points; Pareto frontier, goodput, capacity at SLO, report.html",
-                       description="Send a series of load points (or search for saturation and capacity at SLO) "
-                                   "and draw the throughput-vs-interactivity Pareto curve.")
+    p = sub.add_parser(
+        "sweep",
+        help="sweep load points; Pareto frontier, goodput, capacity at SLO, report.html",
+        description="Send a series of load points (or search for saturation and capacity at SLO) "
+        "and draw the throughput-vs-interactivity Pareto curve.",
+    )
     add_target_options(p)
     g = p.add_argument_group("load points")
     m = g.add_mutually_exclusive_group()
-    m.add_argument("--rates", default=None, metavar="LIST",
-                   help="offered rates in req/s (open loop): 1,2,4,8 or 1:64:x2 or 5:50:+5")
+    m.add_argument(
+        "--rates",
+        default=None,
+        metavar="LIST",
+        help="offered rates in req/s (open loop): 1,2,4,8 or 1:64:x2 or 5:50:+5",
+    )
     m.add_argument("--concurrency", default=None, metavar="LIST", help="closed-loop concurrencies: 1,4,16,64")
-    m.add_argument("--auto", action="store_true",
-                   help="search: ramp to saturation, spread points below it, bisect for capacity at SLO (default)")
+    m.add_argument(
+        "--auto",
+        action="store_true",
+        help="search: ramp to saturation, spread points below it, bisect for capacity at SLO (default)",
+    )
     g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV for rate points")
     g.add_argument("--point-duration", type=float, default=6.0, metavar="S", help="measured seconds per point")
     g.add_argument("--warmup", type=float, default=2.0, metavar="S", help="seconds sent before each window")
     g.add_argument("--start-rate", type=float, default=2.0, help="--auto: first (light) rate, req/s")
     g.add_argument("--max-rate", type=float, default=256.0, help="--auto: never offer more than this, req/s")
-    g.add_argument("--no-point-salt", dest="point_salt", action="store_false",
-                   help="reuse the same prompts at every point (prefix caches then carry over; not recommended)")
+    g.add_argument(
+        "--no-point-salt",
+        dest="point_salt",
+        action="store_false",
+        help="reuse the same prompts at every point (prefix caches then carry over; not recommended)",
+    )
     g.add_argument("--salt", default="", help="extra prompt salt for the whole sweep (cold caches on a rerun)")
     j = p.add_argument_group("judging")
-    j.add_argument("--slo", default=None, metavar="PROFILE",
-                   help="SLO profile (conformance name or YAML file) or inline ttft=200,tpot=30,e2e=2000 (ms)")
-    j.add_argument("--slo-target", type=float, default=None, metavar="PCT",
-                   help="SLO attainment that counts as meeting it (default: the profile's, else 99)")
+    j.add_argument(
+        "--slo",
+        default=None,
+        metavar="PROFILE",
+        help="SLO profile (conformance name or YAML file) or inline ttft=200,tpot=30,e2e=2000 (ms)",
+    )
+    j.add_argument(
+        "--slo-target",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="SLO attainment that counts as meeting it (default: the profile's, else 99)",
+    )
     j.add_argument("--gpus", type=float, default=None, help="GPUs behind the endpoint (per-GPU throughput)")
-    j.add_argument("--price-per-gpu-hour", nargs="+", action="extend", default=None, metavar="P",
-                   help="price(s) per GPU-hour, optionally labelled: 2.49 or spot=1.2 (gives $/M output tokens)")
+    j.add_argument(
+        "--price-per-gpu-hour",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="P",
+        help="price(s) per GPU-hour, optionally labelled: 2.49 or spot=1.2 (gives $/M output tokens)",
+    )
     add_traffic_options(p)
     add_timing_options(p)
     p.set_defaults(drain=15.0)  # a sweep moves on: answers still running 15 s after a point are cancelled
@@ -84,8 +113,10 @@ def resolve_slo(text: str | None) -> tuple[SLO | None, str, float | None]:
 
     profile = load_profile(text)
     if profile.slo is None:
-        raise ConfigError(f"--slo {text}: the profile has no `slo:` block of per-request bounds "
-                          "(ttft_ms/tpot_ms/e2e_ms), which goodput and capacity at SLO need")
+        raise ConfigError(
+            f"--slo {text}: the profile has no `slo:` block of per-request bounds "
+            "(ttft_ms/tpot_ms/e2e_ms), which goodput and capacity at SLO need"
+        )
     target = next((c.bound for c in profile.criteria if c.metric == "attainment"), None)
     return profile.slo, profile.name, target
 
@@ -140,17 +171,44 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     target = args.slo_target if args.slo_target is not None else (profile_target or 99.0)
     kind = parse_arrival(args.arrival, rate=1.0)
     auto = AutoSearch(start_rate=args.start_rate, max_rate=args.max_rate, target_pct=target)
-    plan = SweepPlan(mode=mode, arrivals=arrivals, point_duration_s=args.point_duration, warmup_s=args.warmup,
-                     drain_s=args.drain, auto=auto, has_slo=slo is not None, kind=kind.kind, cv=kind.cv)
+    plan = SweepPlan(
+        mode=mode,
+        arrivals=arrivals,
+        point_duration_s=args.point_duration,
+        warmup_s=args.warmup,
+        drain_s=args.drain,
+        auto=auto,
+        has_slo=slo is not None,
+        kind=kind.kind,
+        cv=kind.cv,
+    )
     base = RunSettings(
-        endpoint=resolve_endpoint(args), model=args.model, api=args.api, duration_s=args.point_duration + args.warmup,
-        seed=args.seed, warmup_s=args.warmup, timeouts=timeouts(args), ignore_eos=args.ignore_eos,
-        keep_text=args.keep_text, max_inflight=args.max_inflight, drain_s=args.drain,
-        lag_limit_ms=args.lag_limit_ms, extra_body=resolve_extra(args), workers=args.workers,
+        endpoint=resolve_endpoint(args),
+        model=args.model,
+        api=args.api,
+        duration_s=args.point_duration + args.warmup,
+        seed=args.seed,
+        warmup_s=args.warmup,
+        timeouts=timeouts(args),
+        ignore_eos=args.ignore_eos,
+        keep_text=args.keep_text,
+        max_inflight=args.max_inflight,
+        drain_s=args.drain,
+        lag_limit_ms=args.lag_limit_ms,
+        extra_body=resolve_extra(args),
+        workers=args.workers,
         server_metrics=args.server_metrics,
     )
-    return SweepSettings(base=base, plan=plan, slo=slo, slo_name=slo_name, gpus=args.gpus,
-                         prices=parse_prices(args.price_per_gpu_hour), point_salt=args.point_salt, salt=args.salt)
+    return SweepSettings(
+        base=base,
+        plan=plan,
+        slo=slo,
+        slo_name=slo_name,
+        gpus=args.gpus,
+        prices=parse_prices(args.price_per_gpu_hour),
+        point_salt=args.point_salt,
+        salt=args.salt,
+    )
 
 
 # --------------------------------------------------------------------------- main
@@ -172,12 +230,22 @@ def main(args: argparse.Namespace) -> int:
     target = settings.base.endpoint or "the built-in simulator"
     console.print(Text(f"loadgen sweep -> {target}; {settings.plan.describe()}", style="bold"), highlight=False)
     if settings.slo is None and settings.plan.mode == "auto":
-        console.print("(no --slo: the search stops after saturation; give --slo PROFILE for capacity at SLO)",
-                      style="dim", highlight=False)
+        console.print(
+            "(no --slo: the search stops after saturation; give --slo PROFILE for capacity at SLO)",
+            style="dim",
+            highlight=False,
+        )
     view = SweepView(settings, enabled=args.live, console=console)
     with view:
-        result = run_sweep(settings, lambda salt: resolve_workload(args, salt=salt), out, api_key=api_key,
-                           sim_flags=sim_args(args), on_point=view.on_point, on_engine=view.attach)
+        result = run_sweep(
+            settings,
+            lambda salt: resolve_workload(args, salt=salt),
+            out,
+            api_key=api_key,
+            sim_flags=sim_args(args),
+            on_point=view.on_point,
+            on_engine=view.attach,
+        )
     if not result.points:
         raise LoadgenError("the sweep was stopped before its first point finished")
     report = render_sweep(out)

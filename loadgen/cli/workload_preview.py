@@ -101,16 +101,22 @@ def _fmt(v: float | None) -> str:
 
 def render(stats: dict[str, Any], console: Console) -> None:
     d = stats["workload"]
-    console.print(f"[bold]{d.get('name')}[/bold] ({d.get('kind')}"
-                  f"{', ' + d['format'] if 'format' in d else ''}) seed {d.get('seed')}, "
-                  f"tokenizer {d.get('tokenizer')}, {stats['sessions']} sessions, "
-                  f"{stats['requests']} requests")
+    console.print(
+        f"[bold]{d.get('name')}[/bold] ({d.get('kind')}"
+        f"{', ' + d['format'] if 'format' in d else ''}) seed {d.get('seed')}, "
+        f"tokenizer {d.get('tokenizer')}, {stats['sessions']} sessions, "
+        f"{stats['requests']} requests"
+    )
     t = Table(title="lengths", title_justify="left")
     t.add_column("")
     for c in ("mean", *(f"p{p}" for p in _PCTS), "max"):
         t.add_column(c, justify="right")
-    for label, key in (("turns / session", "turns_per_session"), ("prompt tokens", "prompt_tokens"),
-                       ("max_tokens", "max_tokens"), ("think s", "think_s")):
+    for label, key in (
+        ("turns / session", "turns_per_session"),
+        ("prompt tokens", "prompt_tokens"),
+        ("max_tokens", "max_tokens"),
+        ("think s", "think_s"),
+    ):
         s = stats[key]
         if s:
             t.add_row(label, *(_fmt(s.get(c)) for c in ("mean", *(f"p{p}" for p in _PCTS), "max")))
@@ -141,6 +147,8 @@ def render(stats: dict[str, Any], console: Console) -> None:
     console.print(r)
     a = stats.get("arrivals")
     if a:
-        console.print(f"arrivals: {a['requests']} over {a['duration_s']:.1f} s, "
-                      f"{_fmt(a['rate_per_s'])} req/s, CV of gaps {_fmt(a['gap_cv'])} "
-                      "(1 = Poisson, > 1 bursty)")
+        console.print(
+            f"arrivals: {a['requests']} over {a['duration_s']:.1f} s, "
+            f"{_fmt(a['rate_per_s'])} req/s, CV of gaps {_fmt(a['gap_cv'])} "
+            "(1 = Poisson, > 1 bursty)"
+        )

@@ -15,8 +15,11 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("workloads", help="list, show and preview workload specs (sends nothing)",
-                       description="Built-in workload specs, and what a spec's traffic looks like.")
+    p = sub.add_parser(
+        "workloads",
+        help="list, show and preview workload specs (sends nothing)",
+        description="Built-in workload specs, and what a spec's traffic looks like.",
+    )
     cmds = p.add_subparsers(dest="workloads_cmd", metavar="ACTION")
     ls = cmds.add_parser("list", help="built-in workload specs")
     ls.set_defaults(func=cmd_list)
@@ -27,8 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pv.add_argument("name", metavar="NAME|PATH")
     pv.add_argument("--seed", type=int, default=0, help="workload seed (same seed, same traffic)")
     pv.add_argument("--n", type=int, default=200, metavar="N", help="sessions to build (default 200)")
-    pv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a spec field, e.g. --set input.mean=300 (repeatable)")
+    pv.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec field, e.g. --set input.mean=300 (repeatable)",
+    )
     pv.add_argument("--tokenizer", default=None, metavar="PATH", help="HF tokenizer.json to build text with")
     pv.add_argument("--json", action="store_true", help="print the statistics as JSON")
     pv.set_defaults(func=cmd_preview)

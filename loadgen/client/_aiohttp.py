@@ -64,9 +64,20 @@ class _Hooked(StreamReader):
         pass
 
 
-_HOOKABLE = all(hasattr(StreamReader, a) for a in (
-    "__slots__", "begin_http_chunk_receiving", "end_http_chunk_receiving", "_buffer", "_buffer_offset", "_size",
-    "_cursor", "_http_chunk_splits", "_protocol"))
+_HOOKABLE = all(
+    hasattr(StreamReader, a)
+    for a in (
+        "__slots__",
+        "begin_http_chunk_receiving",
+        "end_http_chunk_receiving",
+        "_buffer",
+        "_buffer_offset",
+        "_size",
+        "_cursor",
+        "_http_chunk_splits",
+        "_protocol",
+    )
+)
 
 
 def _take_buffered(content: StreamReader) -> bytes:
@@ -77,7 +88,7 @@ def _take_buffered(content: StreamReader) -> bytes:
         return b""
     data = b"".join(buf)
     if content._buffer_offset:
-        data = data[content._buffer_offset:]
+        data = data[content._buffer_offset :]
     buf.clear()
     content._buffer_offset = 0
     content._cursor += len(data)

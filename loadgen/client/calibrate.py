@@ -48,8 +48,13 @@ class Calibration:
         return {"tokens.ratio": self.ratio}
 
     def describe(self) -> dict[str, Any]:
-        return {"method": self.method, "ratio": self.ratio, "overhead": self.overhead,
-                "samples": [list(s) for s in self.samples], "tokenizer": self.tokenizer}
+        return {
+            "method": self.method,
+            "ratio": self.ratio,
+            "overhead": self.overhead,
+            "samples": [list(s) for s in self.samples],
+            "tokenizer": self.tokenizer,
+        }
 
 
 def fit(samples: list[tuple[int, int]]) -> tuple[float, float]:
@@ -67,8 +72,9 @@ def _root(base_url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any],
-                headers: dict[str, str]) -> tuple[int, Any]:
+async def _post(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, Any]:
     try:
         async with http.post(url, data=orjson.dumps(body), headers=headers) as resp:
             raw = await resp.read()
@@ -103,8 +109,15 @@ async def _discover(http: aiohttp.ClientSession, base: str, headers: dict[str, s
         async with http.get(base.rstrip("/") + "/models", headers=headers) as resp:
             if resp.status == 200:
                 return str(orjson.loads(await resp.read())["data"][0]["id"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, orjson.JSONDecodeError,
-            KeyError, IndexError, TypeError):
+    except (
+        aiohttp.ClientError,
+        asyncio.TimeoutError,
+        OSError,
+        orjson.JSONDecodeError,
+        KeyError,
+        IndexError,
+        TypeError,
+    ):
         pass
     return None
 
@@ -134,9 +147,12 @@ async def calibrate(
         # /tokenize: vLLM reads "prompt", llama.cpp "content"; both ignore the other.
         counts = []
         for _, text in probes:
-            status, data = await _post(http, _root(base_url) + "/tokenize",
-                                       {**with_model, "prompt": text, "content": text,
-                                        "add_special_tokens": False}, headers)
+            status, data = await _post(
+                http,
+                _root(base_url) + "/tokenize",
+                {**with_model, "prompt": text, "content": text, "add_special_tokens": False},
+                headers,
+            )
             counts.append(_tokenize_count(data) if status == 200 else None)
             if counts[-1] is None:
                 break
@@ -145,12 +161,18 @@ async def calibrate(
             counts, method = await _usage_probes(http, base_url, with_model, probes, headers)
     samples = list(zip(expected, counts, strict=True))
     ratio, overhead = fit(samples)  # type: ignore[arg-type]
-    return Calibration(method=method, ratio=ratio, overhead=overhead,
-                       samples=tuple(samples), tokenizer=getattr(tok, "name", "custom"))  # type: ignore[arg-type]
+    return Calibration(
+        method=method, ratio=ratio, overhead=overhead, samples=tuple(samples), tokenizer=getattr(tok, "name", "custom")
+    )  # type: ignore[arg-type]
 
 
-async def _usage_probes(http: aiohttp.ClientSession, base_url: str, with_model: dict[str, Any],
-                        probes: list[tuple[int, str]], headers: dict[str, str]) -> tuple[list[int], str]:
+async def _usage_probes(
+    http: aiohttp.ClientSession,
+    base_url: str,
+    with_model: dict[str, Any],
+    probes: list[tuple[int, str]],
+    headers: dict[str, str],
+) -> tuple[list[int], str]:
     base = base_url.rstrip("/")
     last = 0
     for api, path in (("completions", "/completions"), ("chat", "/chat/completions")):
@@ -169,6 +191,5 @@ async def _usage_probes(http: aiohttp.ClientSession, base_url: str, with_model: 
         if len(counts) == len(probes):
             return counts, f"usage:{api}"
     raise EndpointError(
-        f"calibration: {base} has no /tokenize and reported no usage.prompt_tokens "
-        f"(last HTTP status {last})"
+        f"calibration: {base} has no /tokenize and reported no usage.prompt_tokens (last HTTP status {last})"
     )

@@ -47,8 +47,7 @@ _NEVER = 1 << 62
 class _Inflight:
     __slots__ = ("task", "rec", "tally", "deadline_first", "deadline_total", "why", "reused")
 
-    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, tally: StreamTally, now: int,
-                 t: Timeouts) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, tally: StreamTally, now: int, t: Timeouts) -> None:
         self.task = task
         self.rec = rec
         self.tally = tally  # its ``t_read``: when the body's last read came (0: none yet)
@@ -149,8 +148,10 @@ class Engine:
         todo = iter(indices)
         exhausted = False
         while True:
-            while not exhausted and len(ahead) < _LOOKAHEAD and (
-                not ahead or min(ahead[0][0] - _LEAD_NS, self._next_due[0]) - self.clock() > _BUILD_MARGIN_NS
+            while (
+                not exhausted
+                and len(ahead) < _LOOKAHEAD
+                and (not ahead or min(ahead[0][0] - _LEAD_NS, self._next_due[0]) - self.clock() > _BUILD_MARGIN_NS)
             ):
                 i = next(todo, None)
                 if i is None:
@@ -197,8 +198,9 @@ class Engine:
         for u in users:
             u.add_done_callback(self._tasks.discard)
         stopper = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait([asyncio.gather(*users, return_exceptions=True), stopper],
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [asyncio.gather(*users, return_exceptions=True), stopper], return_when=asyncio.FIRST_COMPLETED
+        )
         stopper.cancel()
 
     async def _drain(self, grace_s: float) -> None:
@@ -240,15 +242,28 @@ class Engine:
         seq = cfg.shard + cfg.shards * self._seq
         self._seq += 1
         rec = Record(
-            run_id=cfg.run_id, point=cfg.point, shard=cfg.shard, request=seq, session=session.session,
-            turn=turn_no, endpoint=cfg.endpoint_label, model=cfg.model, api=cfg.api, t_sched=t_sched,
-            prompt_tokens_requested=turn.prompt_tokens or None, output_tokens_requested=turn.max_tokens,
+            run_id=cfg.run_id,
+            point=cfg.point,
+            shard=cfg.shard,
+            request=seq,
+            session=session.session,
+            turn=turn_no,
+            endpoint=cfg.endpoint_label,
+            model=cfg.model,
+            api=cfg.api,
+            t_sched=t_sched,
+            prompt_tokens_requested=turn.prompt_tokens or None,
+            output_tokens_requested=turn.max_tokens,
         )
         extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
         body = build_body(cfg.api, cfg.model, conv, turn.max_tokens, ignore_eos=cfg.ignore_eos, extra=extra)
         tally = StreamTally(cfg.api, keep_text=keep_text)
-        headers = {**self._headers, "X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq),
-                   "X-Request-Id": f"{cfg.run_id}-{seq}"}
+        headers = {
+            **self._headers,
+            "X-Loadgen-Run": cfg.run_id,
+            SEQ_HEADER: str(seq),
+            "X-Request-Id": f"{cfg.run_id}-{seq}",
+        }
         assert self._slots is not None
         if self._slots.locked():
             self.live.capped += 1
@@ -270,8 +285,9 @@ class Engine:
         self._finish(rec, tally)
         return rec, tally.text
 
-    async def _exchange(self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str],
-                        me: _Inflight) -> None:
+    async def _exchange(
+        self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str], me: _Inflight
+    ) -> None:
         clock = self.clock
         rec.t_sent = clock()  # replaced by the moment the request's bytes are handed to the socket
         self.live.sent += 1

@@ -39,23 +39,36 @@ _PREFIXES = {"vllm": "vllm:", "llama.cpp": "llamacpp:", "sglang": "sglang:", "tg
 
 # normalized series -> raw names that give it directly, first present wins
 _DIRECT: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs",
-                "tgi_batch_current_size"),
-    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs",
-                "tgi_queue_size"),
+    "running": (
+        "vllm:num_requests_running",
+        "llamacpp:requests_processing",
+        "sglang:num_running_reqs",
+        "tgi_batch_current_size",
+    ),
+    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size"),
     # vLLM's "perc" gauges are fractions (1.0 = full) despite the name; SGLang's token_usage too
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
-                       "sglang:token_usage"),
+    "kv_cache_usage": (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "llamacpp:kv_cache_usage_ratio",
+        "sglang:token_usage",
+    ),
     "prompt_tokens_total": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
-    "generation_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total",
-                                "sglang:generation_tokens_total"),
+    "generation_tokens_total": (
+        "vllm:generation_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "sglang:generation_tokens_total",
+    ),
     "preemptions_total": ("vllm:num_preemptions_total",),
-    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total",
-                                "llamacpp:prompt_tokens_cached_total", "sglang:cached_tokens_total"),
+    "prefix_cache_hits_total": (
+        "vllm:prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_hits_total",
+        "llamacpp:prompt_tokens_cached_total",
+        "sglang:cached_tokens_total",
+    ),
     "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
-    "requests_finished_total": ("vllm:request_success_total", "sglang:num_requests_total",
-                                "tgi_request_success"),
+    "requests_finished_total": ("vllm:request_success_total", "sglang:num_requests_total", "tgi_request_success"),
 }
 
 # One pass in C over the whole text: engine-prefixed samples, with histogram buckets and

@@ -153,8 +153,9 @@ def build_plan(settings: RunSettings, workload: Workload, shard: int = 0, shards
     arrival = settings.arrival
     if arrival.kind == "closed":
         users = (arrival.concurrency or 1) // shards + (shard < (arrival.concurrency or 1) % shards)
-        return Plan(session=workload.session, concurrency=users, count=settings.requests,
-                    duration_s=settings.duration_s)
+        return Plan(
+            session=workload.session, concurrency=users, count=settings.requests, duration_s=settings.duration_s
+        )
     trace = workload.offsets_ns()
     if trace is not None:
         offs = np.asarray(trace, dtype=np.int64)
@@ -191,9 +192,18 @@ async def run_engine(
     """Send one load point (or shard ``shard`` of ``shards`` of it, from a shared
     ``start_ns``); records go to ``run_dir/stream_name``. Returns client health."""
     cfg = EngineConfig(
-        url=url, model=model, api=settings.api, run_id=run_id, endpoint_label=endpoint_label(url),
-        point=settings.point, shard=shard, shards=shards, timeouts=settings.timeouts,
-        ignore_eos=settings.ignore_eos, keep_text=settings.keep_text, max_inflight=settings.max_inflight,
+        url=url,
+        model=model,
+        api=settings.api,
+        run_id=run_id,
+        endpoint_label=endpoint_label(url),
+        point=settings.point,
+        shard=shard,
+        shards=shards,
+        timeouts=settings.timeouts,
+        ignore_eos=settings.ignore_eos,
+        keep_text=settings.keep_text,
+        max_inflight=settings.max_inflight,
         extra_body=settings.extra_body,
     )
     plan = build_plan(settings, workload, shard, shards)
@@ -257,8 +267,19 @@ def run_point(
 ) -> dict[str, Any]:
     """One load point, in this process or sharded over ``settings.workers`` processes."""
     if settings.workers <= 1:
-        return clock.run(run_engine(settings, workload, url, model, run_dir, run_id, api_key=api_key,
-                                  on_engine=on_engine, stream_name=f"{stem}.arrows"))
+        return clock.run(
+            run_engine(
+                settings,
+                workload,
+                url,
+                model,
+                run_dir,
+                run_id,
+                api_key=api_key,
+                on_engine=on_engine,
+                stream_name=f"{stem}.arrows",
+            )
+        )
     from loadgen.client.shards import run_sharded
 
     return run_sharded(settings, workload, url, model, run_dir, run_id, api_key=api_key, stem=stem)

@@ -167,8 +167,12 @@ class ServerMetricsScraper:
         if not self.enabled:
             out["reason"] = self.reason
             return out
-        out |= {"engine": self.engine, "samples": len(self.rows) - self._errors, "errors": self._errors,
-                "path": self.out_path.name if self.out_path else None}
+        out |= {
+            "engine": self.engine,
+            "samples": len(self.rows) - self._errors,
+            "errors": self._errors,
+            "path": self.out_path.name if self.out_path else None,
+        }
         out |= summarize(self.rows)
         return out
 
@@ -204,8 +208,13 @@ class ServerMetricsScraper:
             raw = raw[: raw.rfind(b"\n") + 1]  # never parse a cut-off last line as a value
         values = parse_engine_metrics(raw.decode("utf-8", "replace"))
         # the server's state was read somewhere between send and answer: stamp the midpoint
-        return {"t_ns": (t_sent + t_done) // 2, "wall_ns": wall + (t_done - t_sent) // 2,
-                "scrape_ms": round((t_done - t_sent) / 1e6, 3), **normalize(values), "raw": values}
+        return {
+            "t_ns": (t_sent + t_done) // 2,
+            "wall_ns": wall + (t_done - t_sent) // 2,
+            "scrape_ms": round((t_done - t_sent) / 1e6, 3),
+            **normalize(values),
+            "raw": values,
+        }
 
     def _keep(self, row: dict[str, Any]) -> None:
         if row.get("error"):
@@ -230,8 +239,9 @@ class ScraperThread:
     client's own timing. ``start()`` returns after the first probe.
     """
 
-    def __init__(self, url: str | None, interval_s: float = 1.0, out_path: Path | str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, url: str | None, interval_s: float = 1.0, out_path: Path | str | None = None, **kwargs: Any
+    ) -> None:
         self.url = url
         self._scraper = ServerMetricsScraper(url, interval_s, out_path, **kwargs) if url else None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -24,30 +24,65 @@ __all__ = ["run_sharded"]
 _READY_TIMEOUT_S = 120.0
 
 
-def _worker(conn: Connection, settings: Any, workload: Workload, url: str, model: str, run_dir: str,
-            run_id: str, api_key: str | None, shard: int, shards: int, stem: str) -> None:
+def _worker(
+    conn: Connection,
+    settings: Any,
+    workload: Workload,
+    url: str,
+    model: str,
+    run_dir: str,
+    run_id: str,
+    api_key: str | None,
+    shard: int,
+    shards: int,
+    stem: str,
+) -> None:
     from loadgen.client.run import run_engine
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the engine installs its own handler
     conn.send("ready")
     start_ns = conn.recv()
-    client = clock.run(run_engine(settings, workload, url, model, Path(run_dir), run_id, api_key=api_key,
-                                stream_name=f"{stem}-w{shard:02d}.arrows", shard=shard, shards=shards,
-                                start_ns=start_ns))
+    client = clock.run(
+        run_engine(
+            settings,
+            workload,
+            url,
+            model,
+            Path(run_dir),
+            run_id,
+            api_key=api_key,
+            stream_name=f"{stem}-w{shard:02d}.arrows",
+            shard=shard,
+            shards=shards,
+            start_ns=start_ns,
+        )
+    )
     conn.send(client)
     conn.close()
 
 
-def run_sharded(settings: Any, workload: Workload, url: str, model: str, run_dir: Path, run_id: str, *,
-                api_key: str | None, stem: str = "records") -> dict[str, Any]:
+def run_sharded(
+    settings: Any,
+    workload: Workload,
+    url: str,
+    model: str,
+    run_dir: Path,
+    run_id: str,
+    *,
+    api_key: str | None,
+    stem: str = "records",
+) -> dict[str, Any]:
     """Run the point over ``settings.workers`` processes; returns the merged client health."""
     ctx = mp.get_context("spawn")
     n = settings.workers
     pipes, procs = [], []
     for i in range(n):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(child, settings, workload, url, model, str(run_dir), run_id,
-                                              api_key, i, n, stem), daemon=True)
+        p = ctx.Process(
+            target=_worker,
+            args=(child, settings, workload, url, model, str(run_dir), run_id, api_key, i, n, stem),
+            daemon=True,
+        )
         p.start()
         pipes.append(parent)
         procs.append(p)

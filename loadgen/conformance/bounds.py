@@ -38,8 +38,18 @@ if TYPE_CHECKING:
     from loadgen.conformance.samples import Point
     from loadgen.conformance.slo import Criterion
 
-__all__ = ["Measurement", "measure", "percentile", "mean_bounds", "proportion", "batch_rate", "verdict",
-           "compare", "fmt_num", "fmt_pct"]
+__all__ = [
+    "Measurement",
+    "measure",
+    "percentile",
+    "mean_bounds",
+    "proportion",
+    "batch_rate",
+    "verdict",
+    "compare",
+    "fmt_num",
+    "fmt_pct",
+]
 
 _INF = math.inf
 _NAN = math.nan
@@ -84,8 +94,9 @@ def measure(criterion: Criterion, point: Point, confidence: float) -> Measuremen
     return percentile(x, q, confidence, criterion.bound, criterion.op, n_eff)
 
 
-def percentile(x: np.ndarray, p: float, confidence: float, bound: float, op: str,
-               n_eff: int | None = None) -> Measurement:
+def percentile(
+    x: np.ndarray, p: float, confidence: float, bound: float, op: str, n_eff: int | None = None
+) -> Measurement:
     """Percentile ``p`` of sorted ``x`` with one-sided bounds from order statistics.
 
     A two-sided interval at 2c - 1 has one-sided bounds at c. ``n_eff`` (per-token
@@ -107,8 +118,9 @@ def percentile(x: np.ndarray, p: float, confidence: float, bound: float, op: str
     _, lo_m, hi_m = percentile_ci(np.arange(1, m + 1, dtype=np.float64), p, 2 * confidence - 1)
     lo = x[max(math.ceil(lo_m / m * n) - 1, 0)] if math.isfinite(lo_m) else -_INF
     hi = x[min(math.ceil(hi_m / m * n) - 1, n - 1)] if math.isfinite(hi_m) else _INF
-    return Measurement(est, float(lo), float(hi), n, f"order statistics, clustered by {m} requests", confidence,
-                       over, n_eff=m)
+    return Measurement(
+        est, float(lo), float(hi), n, f"order statistics, clustered by {m} requests", confidence, over, n_eff=m
+    )
 
 
 def mean_bounds(x: np.ndarray, confidence: float, bound: float, n_eff: int | None = None) -> Measurement:
@@ -124,8 +136,9 @@ def mean_bounds(x: np.ndarray, confidence: float, bound: float, n_eff: int | Non
             return Measurement(m, -_INF, _INF, n, "Student t, clustered", confidence, n_eff=n_eff)
         s = float(np.std(x, ddof=1))
         half = float(_sps.t.ppf(confidence, n_eff - 1)) * s / math.sqrt(n_eff)
-        return Measurement(m, m - half, m + half, n, f"Student t, clustered by {n_eff} requests", confidence,
-                           n_eff=n_eff)
+        return Measurement(
+            m, m - half, m + half, n, f"Student t, clustered by {n_eff} requests", confidence, n_eff=n_eff
+        )
     needed = None
     if n >= 2 and math.isfinite(m) and m != bound:
         s = float(np.std(x, ddof=1))
@@ -159,8 +172,9 @@ def _batch_s(point: Point) -> float:
     return max(1.0, 2.0 * float(np.median(e2e)) / 1e3) if e2e.size else 1.0
 
 
-def batch_rate(times: np.ndarray, weights: np.ndarray, window: Window, confidence: float,
-               batch_s: float = 1.0) -> Measurement:
+def batch_rate(
+    times: np.ndarray, weights: np.ndarray, window: Window, confidence: float, batch_s: float = 1.0
+) -> Measurement:
     """Events per second in the window, bounded by batch means (t over equal slices)."""
     length = window.length_s
     if length <= 0:
@@ -198,15 +212,18 @@ def compare(cur: Measurement, base: Measurement, op: str, tolerance: float) -> t
         if not (math.isfinite(limit) and math.isfinite(cur.lo)):
             return "inconclusive", "too few samples to bound the change"
         if cur.lo > limit:
-            return "fail", (f"regressed: lower bound {fmt_num(cur.lo)} > baseline upper bound {fmt_num(base.hi)} "
-                            f"{_tol(tolerance, '+')}")
+            return "fail", (
+                f"regressed: lower bound {fmt_num(cur.lo)} > baseline upper bound {fmt_num(base.hi)} "
+                f"{_tol(tolerance, '+')}"
+            )
         return "pass", f"no regression beyond {fmt_pct(tolerance)} shown"
     limit = base.lo * (1 - tolerance) if base.lo >= 0 else base.lo * (1 + tolerance)
     if not (math.isfinite(limit) and math.isfinite(cur.hi)):
         return "inconclusive", "too few samples to bound the change"
     if cur.hi < limit:
-        return "fail", (f"regressed: upper bound {fmt_num(cur.hi)} < baseline lower bound {fmt_num(base.lo)} "
-                        f"{_tol(tolerance, '-')}")
+        return "fail", (
+            f"regressed: upper bound {fmt_num(cur.hi)} < baseline lower bound {fmt_num(base.lo)} {_tol(tolerance, '-')}"
+        )
     return "pass", f"no regression beyond {fmt_pct(tolerance)} shown"
 
 

@@ -46,11 +46,9 @@ from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["ITEMS", "CheckOptions", "Wire", "Stream", "run_check"]
 
-LONG_PROMPT = ("Write a long story about a lighthouse keeper who finds a message in a bottle. "
-               "Use many short sentences.")
+LONG_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle. Use many short sentences."
 # Prompts a model answers in a word or two, so only ignore_eos can make them long.
-SHORT_PROMPTS = ("Reply with the single word done.", "Say hello and nothing else.",
-                 "Answer with just the word OK.")
+SHORT_PROMPTS = ("Reply with the single word done.", "Say hello and nothing else.", "Answer with just the word OK.")
 _MAX_BODY = 16 << 20
 _BAD_MODEL = "loadgen-check-no-such-model"
 
@@ -124,17 +122,21 @@ class Checker:
     async def run(self) -> list[Case]:
         cases = [await self._timed("models-list", self.models_list)]
         if self.model is None:
-            return cases + [item_case(k, "skip", "no model to ask for: pass --model")
-                            for k in ITEMS if k != "models-list"]
+            return cases + [
+                item_case(k, "skip", "no model to ask for: pass --model") for k in ITEMS if k != "models-list"
+            ]
         a = await self.stream("chat", LONG_PROMPT)  # alone, so its timing is undisturbed
         b_task = asyncio.gather(
             self.stream("completions", LONG_PROMPT),
             self.request("POST", self.o.url + "/chat/completions", self.body("chat", LONG_PROMPT, stream=False)),
         )
         items: list[tuple[str, Callable[[], Awaitable[Case]]]] = [
-            ("ignore-eos", self.ignore_eos), ("stop-sequence", lambda: self.stop_sequence(a)),
-            ("openai-client-stream", self.openai_stream), ("openai-client-nonstream", self.openai_nonstream),
-            ("error-unknown-model", self.error_unknown_model), ("error-prompt-too-long", self.error_too_long),
+            ("ignore-eos", self.ignore_eos),
+            ("stop-sequence", lambda: self.stop_sequence(a)),
+            ("openai-client-stream", self.openai_stream),
+            ("openai-client-nonstream", self.openai_nonstream),
+            ("error-unknown-model", self.error_unknown_model),
+            ("error-prompt-too-long", self.error_too_long),
             ("error-malformed-body", self.error_malformed),
         ]
         results = await asyncio.gather(b_task, *(self._timed(k, f) for k, f in items))
@@ -160,8 +162,7 @@ class Checker:
             case = await fn()
         except Exception as e:  # an item's own bug or an endpoint oddity must not end the battery
             case = item_case(name, "fail", f"check raised {type(e).__name__}: {clip(e, 160)}")
-        return Case(case.name, case.status, case.message, case.suite, case.cells, case.data,
-                    time.perf_counter() - t0)
+        return Case(case.name, case.status, case.message, case.suite, case.cells, case.data, time.perf_counter() - t0)
 
     async def models_list(self) -> Case:
         w = await self.request("GET", self.o.url + "/models")
@@ -201,8 +202,13 @@ class Checker:
             elif ct < n:
                 verdicts.append(("fail", f"{s.api}: usage {ct} < {n} output chunks (under-reports)"))
             else:
-                verdicts.append(("skip", f"{s.api}: usage {ct} > {n} chunks; chunks may carry several tokens "
-                                         "(pass --tokenizer to verify)"))
+                verdicts.append(
+                    (
+                        "skip",
+                        f"{s.api}: usage {ct} > {n} chunks; chunks may carry several tokens "
+                        "(pass --tokenizer to verify)",
+                    )
+                )
         return combine(verdicts)
 
     def max_tokens(self, a: Stream) -> tuple[str, str]:
@@ -227,18 +233,24 @@ class Checker:
             if k == n or (k < n and how == "output chunks" and s.completion_tokens == n):
                 verdicts.append(("pass", f"prompt {i + 1}: {n} tokens"))
             else:
-                verdicts.append(("fail", f"prompt {i + 1}: asked {n} with ignore_eos, got {how} {k}, usage "
-                                         f"{s.completion_tokens}, finish_reason {s.finish_reason!r}"))
+                verdicts.append(
+                    (
+                        "fail",
+                        f"prompt {i + 1}: asked {n} with ignore_eos, got {how} {k}, usage "
+                        f"{s.completion_tokens}, finish_reason {s.finish_reason!r}",
+                    )
+                )
         return item_case("ignore-eos", *combine(verdicts))
 
     async def stop_sequence(self, a: Stream) -> Case:
         text = a.text
         words = [(m.start(), m.group()) for m in re.finditer(r"[A-Za-z]{3,}", text)]
         if not a.ok() or len(words) < 6:
-            return item_case("stop-sequence", "skip",
-                             f"the first answer is too short to pick a stop word ({a.brief()})")
+            return item_case(
+                "stop-sequence", "skip", f"the first answer is too short to pick a stop word ({a.brief()})"
+            )
         third = len(words) // 3
-        pick = next(((p, w) for p, w in words[third: 2 * third + 1] if text.find(w) == p), None)
+        pick = next(((p, w) for p, w in words[third : 2 * third + 1] if text.find(w) == p), None)
         if pick is None:
             return item_case("stop-sequence", "skip", "no word in the middle of the answer occurs only once")
         pos, word = pick
@@ -252,16 +264,20 @@ class Checker:
             if s.finish_reason == "stop":
                 return item_case("stop-sequence", "pass", f"ended just before {word!r}, finish_reason 'stop'")
             return item_case("stop-sequence", "fail", f"ended before {word!r} but finish_reason {s.finish_reason!r}")
-        return item_case("stop-sequence", "skip", "the same request gave a different answer (sampling not "
-                                               "deterministic at temperature 0?); cannot verify")
+        return item_case(
+            "stop-sequence",
+            "skip",
+            "the same request gave a different answer (sampling not deterministic at temperature 0?); cannot verify",
+        )
 
     async def _openai(self, name: str, stream: bool) -> Case:
         try:
             import openai
         except ImportError:
             return item_case(name, "skip", "the openai package is not installed")
-        client = openai.AsyncOpenAI(base_url=self.o.url, api_key=self.o.api_key or "none", max_retries=0,
-                                    timeout=self.o.timeout_s)
+        client = openai.AsyncOpenAI(
+            base_url=self.o.url, api_key=self.o.api_key or "none", max_retries=0, timeout=self.o.timeout_s
+        )
         msgs = [{"role": "user", "content": LONG_PROMPT}]
         kw: dict[str, Any] = {"model": self.model, "max_tokens": 16}
         try:
@@ -275,13 +291,15 @@ class Checker:
                 async for ch in await client.completions.create(prompt=LONG_PROMPT, **kw, **opts):
                     ctext += [c.text or "" for c in ch.choices]
                 text, comp = "".join(parts), "".join(ctext)
-                return item_case(name, "pass" if text and comp and usage else "fail",
-                                 client_evidence(text, usage, comp))
+                return item_case(
+                    name, "pass" if text and comp and usage else "fail", client_evidence(text, usage, comp)
+                )
             r = await client.chat.completions.create(messages=msgs, **kw)
             cr = await client.completions.create(prompt=LONG_PROMPT, **kw)
             text, comp = r.choices[0].message.content or "", cr.choices[0].text or ""
-            return item_case(name, "pass" if text and comp and r.usage else "fail",
-                             client_evidence(text, r.usage, comp))
+            return item_case(
+                name, "pass" if text and comp and r.usage else "fail", client_evidence(text, r.usage, comp)
+            )
         except Exception as e:  # the point is whether the client copes: any exception is the finding
             return item_case(name, "fail", f"openai client raised {type(e).__name__}: {clip(e, 160)}")
         finally:
@@ -296,8 +314,10 @@ class Checker:
     async def error_unknown_model(self) -> Case:
         b = orjson.loads(self.body("chat", "Hello.", stream=False, max_tokens=1))
         b["model"] = _BAD_MODEL
-        return item_case("error-unknown-model", *error_shape(await self.request(
-            "POST", self.o.url + "/chat/completions", orjson.dumps(b))))
+        return item_case(
+            "error-unknown-model",
+            *error_shape(await self.request("POST", self.o.url + "/chat/completions", orjson.dumps(b))),
+        )
 
     async def error_too_long(self) -> Case:
         limit = self.o.context_len or await self._context_len()
@@ -305,8 +325,9 @@ class Checker:
         body = self.body("chat", " the" * words, stream=False, max_tokens=1)
         w = await self.request("POST", self.o.url + "/chat/completions", body)
         if w.status == 200 and limit is None:
-            return item_case("error-prompt-too-long", "skip",
-                             f"accepted a ~{words}-token prompt; context length unknown")
+            return item_case(
+                "error-prompt-too-long", "skip", f"accepted a ~{words}-token prompt; context length unknown"
+            )
         return item_case("error-prompt-too-long", *error_shape(w, f"~{words} tokens"))
 
     async def _context_len(self) -> int | None:
@@ -323,8 +344,9 @@ class Checker:
 
     async def error_malformed(self) -> Case:
         body = b'{"model": ' + orjson.dumps(self.model) + b', "messages": [{"role": "user", "content": "hi"}'
-        return item_case("error-malformed-body", *error_shape(await self.request(
-            "POST", self.o.url + "/chat/completions", body)))
+        return item_case(
+            "error-malformed-body", *error_shape(await self.request("POST", self.o.url + "/chat/completions", body))
+        )
 
     async def concurrent(self) -> Case:
         n = self.o.streams
@@ -347,5 +369,11 @@ async def run_check(opts: CheckOptions) -> Outcome:
     failed = any(c.status == "fail" for c in cases)
     tok = getattr(opts.tokenizer, "name", None) or "none (counts output chunks)"
     header = [("endpoint", endpoint_label(opts.url)), ("model", checker.model or "?"), ("tokenizer", tok)]
-    return Outcome(kind="check", title=f"endpoint check: {endpoint_label(opts.url)}",
-                   status="fail" if failed else "pass", exit_code=1 if failed else 0, header=header, cases=cases)
+    return Outcome(
+        kind="check",
+        title=f"endpoint check: {endpoint_label(opts.url)}",
+        status="fail" if failed else "pass",
+        exit_code=1 if failed else 0,
+        header=header,
+        cases=cases,
+    )

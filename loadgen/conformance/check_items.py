@@ -17,8 +17,19 @@ from loadgen.conformance.ci_outputs import Case, clip
 if TYPE_CHECKING:
     from loadgen.conformance.exchange import Stream, Wire
 
-__all__ = ["ITEMS", "item_case", "combine", "client_evidence", "framing", "role_first", "usage_present",
-           "non_stream", "error_shape", "real_streaming", "overlap"]
+__all__ = [
+    "ITEMS",
+    "item_case",
+    "combine",
+    "client_evidence",
+    "framing",
+    "role_first",
+    "usage_present",
+    "non_stream",
+    "error_shape",
+    "real_streaming",
+    "overlap",
+]
 
 ITEMS: dict[str, str] = {
     "models-list": "GET /v1/models answers a list that names the model",
@@ -100,8 +111,9 @@ def usage_present(streams: list[Stream]) -> tuple[str, str]:
         if not s.ok():
             verdicts.append(("fail", f"{s.api}: {s.wire.brief()}"))
         elif ints:
-            verdicts.append(("pass", f"{s.api}: prompt_tokens {u['prompt_tokens']}, completion_tokens "
-                                     f"{u['completion_tokens']}"))
+            verdicts.append(
+                ("pass", f"{s.api}: prompt_tokens {u['prompt_tokens']}, completion_tokens {u['completion_tokens']}")
+            )
         else:
             verdicts.append(("fail", f"{s.api}: no usage with integer prompt/completion tokens"))
     return combine(verdicts)
@@ -123,8 +135,9 @@ def non_stream(w: Wire, a: Stream) -> tuple[str, str]:
         problems.append("empty content")
     if not isinstance(finish, str):
         problems.append("no finish_reason")
-    if not isinstance(usage, dict) or not all(isinstance(usage.get(k), int) for k in
-                                              ("prompt_tokens", "completion_tokens", "total_tokens")):
+    if not isinstance(usage, dict) or not all(
+        isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    ):
         problems.append("usage lacks integer prompt/completion/total tokens")
     elif a.usage is not None:
         if set(usage) != set(a.usage):
@@ -163,8 +176,7 @@ def real_streaming(s: Stream) -> tuple[str, str]:
     total = s.wire.t_done - s.wire.t_sent
     span = times[-1] - times[0]
     reads = len(set(times))
-    evidence = (f"{len(times)} output chunks in {reads} reads over {span / 1e6:.1f} ms "
-                f"of a {total / 1e6:.1f} ms answer")
+    evidence = f"{len(times)} output chunks in {reads} reads over {span / 1e6:.1f} ms of a {total / 1e6:.1f} ms answer"
     if reads >= max(4, len(times) // 4) and span >= 0.1 * total:
         return "pass", evidence
     return "fail", evidence + " (buffered: arrives in a burst)"

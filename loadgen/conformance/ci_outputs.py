@@ -124,8 +124,11 @@ def to_table(outcome: Outcome, why: bool = True) -> Table:
     t = Table(title=Text(outcome.title), show_edge=False, title_justify="left")
     cols = ("", *outcome.columns, "result", *(("why",) if why else ()))
     for col in cols:
-        t.add_column(col, justify="right" if col in outcome.columns and col != "limit" else "left",
-                     no_wrap=col not in ("", "why"))
+        t.add_column(
+            col,
+            justify="right" if col in outcome.columns and col != "limit" else "left",
+            no_wrap=col not in ("", "why"),
+        )
     for c in outcome.cases:
         t.add_row(
             Text(c.name),
@@ -187,16 +190,27 @@ def to_junit(outcome: Outcome) -> str:
         n_skip = sum(c.status in ("inconclusive", "skip") for c in cases)
         secs = sum(c.time_s for c in cases)
         suite = ET.SubElement(
-            root, "testsuite", name=_x(suite_name), tests=str(len(cases)), failures=str(n_fail),
-            errors="0", skipped=str(n_skip), time=f"{secs:.3f}",
+            root,
+            "testsuite",
+            name=_x(suite_name),
+            tests=str(len(cases)),
+            failures=str(n_fail),
+            errors="0",
+            skipped=str(n_skip),
+            time=f"{secs:.3f}",
         )
         if outcome.header:
             props = ET.SubElement(suite, "properties")
             for label, value in outcome.header:
                 ET.SubElement(props, "property", name=_x(label), value=_x(clip(value, 1000)))
         for c in cases:
-            tc = ET.SubElement(suite, "testcase", name=_x(c.name), classname=_x(f"loadgen.{outcome.kind}.{suite_name}"),
-                               time=f"{c.time_s:.3f}")
+            tc = ET.SubElement(
+                suite,
+                "testcase",
+                name=_x(c.name),
+                classname=_x(f"loadgen.{outcome.kind}.{suite_name}"),
+                time=f"{c.time_s:.3f}",
+            )
             msg = _x(clip(c.message, 1000))
             if c.status == "fail":
                 el = ET.SubElement(tc, "failure", message=msg, type="FAIL")
@@ -250,8 +264,12 @@ def to_markdown(outcome: Outcome) -> str:
     lines.append("| " + " | ".join(md_escape(c) for c in cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
     for c in outcome.cases:
-        row = [md_escape(c.name), *(md_escape(c.cell(col)) for col in outcome.columns),
-               f"**{_MARK[c.status]}**", md_escape(c.message)]
+        row = [
+            md_escape(c.name),
+            *(md_escape(c.cell(col)) for col in outcome.columns),
+            f"**{_MARK[c.status]}**",
+            md_escape(c.message),
+        ]
         lines.append("| " + " | ".join(row) + " |")
     if outcome.notes:
         lines.append("")
@@ -274,8 +292,15 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "header": dict(outcome.header),
         "counts": outcome.counts(),
         "cases": [
-            {"suite": c.suite, "name": c.name, "status": c.status, "message": c.message,
-             "cells": dict(c.cells), "data": c.data, "time_s": c.time_s}
+            {
+                "suite": c.suite,
+                "name": c.name,
+                "status": c.status,
+                "message": c.message,
+                "cells": dict(c.cells),
+                "data": c.data,
+                "time_s": c.time_s,
+            }
             for c in outcome.cases
         ],
         "notes": list(outcome.notes),

@@ -130,5 +130,7 @@ class Stream:
     def brief(self) -> str:
         if not self.ok():
             return self.wire.brief()
-        return (f"{len(self.chunk_ns)} output chunks, usage completion_tokens={self.completion_tokens}, "
-                f"finish_reason={self.finish_reason!r}")
+        return (
+            f"{len(self.chunk_ns)} output chunks, usage completion_tokens={self.completion_tokens}, "
+            f"finish_reason={self.finish_reason!r}"
+        )

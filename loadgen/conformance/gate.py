@@ -109,19 +109,46 @@ def _reason(status: str, m: Measurement, c: Criterion) -> str:
     return out
 
 
-def _case(c: Criterion, p: Point, suite: str, status: str, m: Measurement, message: str, limit: str,
-          extra: dict[str, Any] | None = None) -> Case:
+def _case(
+    c: Criterion,
+    p: Point,
+    suite: str,
+    status: str,
+    m: Measurement,
+    message: str,
+    limit: str,
+    extra: dict[str, Any] | None = None,
+) -> Case:
     name = c.name + (f" @ {p.label}" if p.label else "")
     n = str(m.n) if m.n_eff is None else f"{m.n} ({m.n_eff} req)"
     if m.method.startswith("batch means"):
         n = f"{m.n} slices"
-    data = {"metric": c.metric, "statistic": c.statistic, "op": c.op, "bound": c.bound, "unit": c.unit,
-            "point": p.index, "value": _j(m.value), "lo": _j(m.lo), "hi": _j(m.hi), "n": m.n, "n_eff": m.n_eff,
-            "confidence": m.confidence, "method": m.method, "over": m.over, "needed": m.needed, **(extra or {})}
-    return Case(name=name + (" vs baseline" if suite == "baseline" else ""), status=status, message=message,
-                suite=suite, data=data,
-                cells=(("measured", f"{fmt_num(m.value)} {c.unit}"), ("bounds", _bounds(m)), ("limit", limit),
-                       ("n", n)))
+    data = {
+        "metric": c.metric,
+        "statistic": c.statistic,
+        "op": c.op,
+        "bound": c.bound,
+        "unit": c.unit,
+        "point": p.index,
+        "value": _j(m.value),
+        "lo": _j(m.lo),
+        "hi": _j(m.hi),
+        "n": m.n,
+        "n_eff": m.n_eff,
+        "confidence": m.confidence,
+        "method": m.method,
+        "over": m.over,
+        "needed": m.needed,
+        **(extra or {}),
+    }
+    return Case(
+        name=name + (" vs baseline" if suite == "baseline" else ""),
+        status=status,
+        message=message,
+        suite=suite,
+        data=data,
+        cells=(("measured", f"{fmt_num(m.value)} {c.unit}"), ("bounds", _bounds(m)), ("limit", limit), ("n", n)),
+    )
 
 
 def _j(v: float) -> float | str | None:
@@ -173,22 +200,38 @@ def gate_run(
         notes += [prefix + w for w in validity_warnings(p.summary(), lag_p99_limit_ms=p.lag_limit_ms)]
     if any(c.info.clustered for c in profile.criteria):
         notes.append("ITL/ICL samples are clustered by request; their bounds count one sample per request")
-    header = [("run", str(run_dir)), ("endpoint", str(meta.get("endpoint", "?"))),
-              ("model", str(meta.get("model", "?"))), ("profile", f"{profile.name} ({profile.source})"),
-              ("confidence", f"{profile.confidence:.0%} one-sided per bound")]
+    header = [
+        ("run", str(run_dir)),
+        ("endpoint", str(meta.get("endpoint", "?"))),
+        ("model", str(meta.get("model", "?"))),
+        ("profile", f"{profile.name} ({profile.source})"),
+        ("confidence", f"{profile.confidence:.0%} one-sided per bound"),
+    ]
     if baseline is not None:
         bmeta, bpoints = load_points(Path(baseline), profile.slo)
         header.append(("baseline", f"{baseline} (tolerance {fmt_pct(tolerance)})"))
         notes += _comparability(meta, bmeta)
         cases += _baseline_cases(profile, results, bpoints, Path(baseline), tolerance)
     status = overall_status([c.status for c in cases])
-    return Outcome(kind="gate", title=f"SLO gate: {profile.name}", status=status,
-                   exit_code=exit_code(status, inconclusive), header=header, cases=cases, notes=notes,
-                   columns=("measured", "bounds", "limit", "n"))
+    return Outcome(
+        kind="gate",
+        title=f"SLO gate: {profile.name}",
+        status=status,
+        exit_code=exit_code(status, inconclusive),
+        header=header,
+        cases=cases,
+        notes=notes,
+        columns=("measured", "bounds", "limit", "n"),
+    )
 
 
-def _baseline_cases(profile: Profile, results: list[tuple[Criterion, Point, str, Measurement, str]],
-                    bpoints: list[Point], baseline: Path, tolerance: float) -> list[Case]:
+def _baseline_cases(
+    profile: Profile,
+    results: list[tuple[Criterion, Point, str, Measurement, str]],
+    bpoints: list[Point],
+    baseline: Path,
+    tolerance: float,
+) -> list[Case]:
     conf2 = 1 - (1 - profile.confidence) / 2  # each side at half the error: a false alarm <= 1 - confidence
     cases = []
     for c, p, _, _, _ in results:
@@ -200,17 +243,34 @@ def _baseline_cases(profile: Profile, results: list[tuple[Criterion, Point, str,
                 match = []
         cur = measure(c, p, conf2)
         if len(match) != 1:
-            cases.append(_case(c, p, "baseline", "inconclusive", cur, "no matching load point in the baseline",
-                               "baseline: -"))
+            cases.append(
+                _case(c, p, "baseline", "inconclusive", cur, "no matching load point in the baseline", "baseline: -")
+            )
             continue
         base = measure(c, match[0], conf2)
         status, why = compare(cur, base, c.op, tolerance)
         change = (cur.value - base.value) / abs(base.value) * 100 if base.value else _NAN
         msg = f"{change:+.1f}% vs baseline {fmt_num(base.value)} {c.unit}; {why}" if change == change else why
         limit = f"baseline {fmt_num(base.value)} {_bounds(base)} {'+' if c.op == '<=' else '-'}{fmt_pct(tolerance)}"
-        cases.append(_case(c, p, "baseline", status, cur, msg, limit,
-                           {"baseline_value": _j(base.value), "baseline_lo": _j(base.lo), "baseline_hi": _j(base.hi),
-                            "baseline_n": base.n, "change_pct": _j(change), "tolerance": tolerance}))
+        cases.append(
+            _case(
+                c,
+                p,
+                "baseline",
+                status,
+                cur,
+                msg,
+                limit,
+                {
+                    "baseline_value": _j(base.value),
+                    "baseline_lo": _j(base.lo),
+                    "baseline_hi": _j(base.hi),
+                    "baseline_n": base.n,
+                    "change_pct": _j(change),
+                    "tolerance": tolerance,
+                },
+            )
+        )
     return cases
 
 

@@ -54,7 +54,8 @@ class Point:
             w = self.window
             inwin = w.contains(c.t_sched)
             (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
-                c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done"))
+                c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
+            )
             nan = np.full(c.n, np.nan)
             ttft, tpot, e2e = nan.copy(), nan.copy(), nan.copy()
             a = c.ok & has_first & (c.out >= 1)
@@ -63,9 +64,19 @@ class Point:
             tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
             a = c.ok & has_done
             e2e[a] = ms(done[a], c.t_sched[a])
-            self._cache["base"] = dict(c=c, inwin=inwin, sent=sent, has_sent=has_sent, first=first,
-                                       has_first=has_first, done=done, has_done=has_done, ttft=ttft, tpot=tpot,
-                                       e2e=e2e)
+            self._cache["base"] = dict(
+                c=c,
+                inwin=inwin,
+                sent=sent,
+                has_sent=has_sent,
+                first=first,
+                has_first=has_first,
+                done=done,
+                has_done=has_done,
+                ttft=ttft,
+                tpot=tpot,
+                e2e=e2e,
+            )
         return self._cache["base"]
 
     def samples(self, metric: str) -> np.ndarray:
@@ -185,14 +196,28 @@ def load_points(run_dir: Path, slo: SLO | None = None) -> tuple[dict[str, Any], 
         rate = entry.get("rate", None if closed else arrival.get("rate"))
         conc = entry.get("concurrency", arrival.get("concurrency"))
         part = table.filter(pc.equal(table.column("point"), index)) if multi else table
-        window, warning = point_window(part, float(settings.get("warmup_s") or 0.0),  # as the reports do
-                                       float(settings.get("cooldown_s") or 0.0), verb="judged")
+        window, warning = point_window(
+            part,
+            float(settings.get("warmup_s") or 0.0),  # as the reports do
+            float(settings.get("cooldown_s") or 0.0),
+            verb="judged",
+        )
         label = ""
         if multi:
             label = f"rate {rate:g}" if rate is not None else f"concurrency {conc}" if conc else f"point {index}"
-        points.append(Point(index, label, None if rate is None else float(rate),
-                            None if conc is None else int(conc), part, window, slo,
-                            float(settings.get("lag_limit_ms") or 10.0), warning))
+        points.append(
+            Point(
+                index,
+                label,
+                None if rate is None else float(rate),
+                None if conc is None else int(conc),
+                part,
+                window,
+                slo,
+                float(settings.get("lag_limit_ms") or 10.0),
+                warning,
+            )
+        )
     return meta, points
 
 

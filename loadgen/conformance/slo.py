@@ -66,11 +66,13 @@ METRICS: dict[str, MetricInfo] = {
         MetricInfo("session_duration", "dist", "s", "lower", "per session: last turn done - first turn scheduled"),
         MetricInfo("output_tps", "rate", "tok/s", "higher", "output tokens arriving in the window per second"),
         MetricInfo("throughput", "rate", "req/s", "higher", "requests completed ok in the window per second"),
-        MetricInfo("goodput", "rate", "req/s", "higher", "requests completed ok and within `slo` per second",
-                   needs_slo=True),
+        MetricInfo(
+            "goodput", "rate", "req/s", "higher", "requests completed ok and within `slo` per second", needs_slo=True
+        ),
         MetricInfo("success_rate", "proportion", "%", "higher", "share of requests in the window that succeeded"),
-        MetricInfo("attainment", "proportion", "%", "higher", "share of requests in the window that met `slo`",
-                   needs_slo=True),
+        MetricInfo(
+            "attainment", "proportion", "%", "higher", "share of requests in the window that met `slo`", needs_slo=True
+        ),
     )
 }
 
@@ -218,12 +220,21 @@ def _profile(doc: LineDict, file: str) -> Profile:
     seen: dict[str, int] = {}
     for c in criteria:
         if c.name in seen:
-            raise SpecError(f"{file}:{c.line}: criteria: name {c.name!r} is already used on line {seen[c.name]}; "
-                            "names must be unique")
+            raise SpecError(
+                f"{file}:{c.line}: criteria: name {c.name!r} is already used on line {seen[c.name]}; "
+                "names must be unique"
+            )
         seen[c.name] = c.line
-    return Profile(name=name, source=file, criteria=tuple(criteria), description=description.strip(),
-                   confidence=float(confidence), min_samples=int(min_samples), min_duration_s=float(min_duration),
-                   slo=slo)
+    return Profile(
+        name=name,
+        source=file,
+        criteria=tuple(criteria),
+        description=description.strip(),
+        confidence=float(confidence),
+        min_samples=int(min_samples),
+        min_duration_s=float(min_duration),
+        slo=slo,
+    )
 
 
 def _slo(f: Fields) -> SLO | None:
@@ -259,8 +270,9 @@ def _criterion(f: Fields, line: int, slo: SLO | None) -> Criterion:
     at = _at(f)
     name = f.string("name", f"{statistic} {metric}" if statistic != "value" else metric)
     f.finish()
-    return Criterion(name=name, metric=metric, statistic=statistic, op=op, bound=bound, unit=info.unit, at=at,
-                     line=line)
+    return Criterion(
+        name=name, metric=metric, statistic=statistic, op=op, bound=bound, unit=info.unit, at=at, line=line
+    )
 
 
 def _at(f: Fields) -> At | None:

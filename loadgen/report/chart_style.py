@@ -116,4 +116,3 @@ def _finite(*arrays: Sequence[float]) -> np.ndarray:
     for a in arrays:
         ok &= np.isfinite(np.asarray(a, dtype=float))
     return ok
-

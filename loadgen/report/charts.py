@@ -63,8 +63,7 @@ class Series:
 
 
 @_styled
-def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | None = None,
-                 title: str = "") -> Figure:
+def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | None = None, title: str = "") -> Figure:
     """Aggregate output tok/s against per-user tok/s: every point, the frontier as a line,
     and the region an SLO's TPOT bound allows (per-user >= 1000 / TPOT) shaded."""
     fig = _figure()
@@ -82,17 +81,33 @@ def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | N
             hi = np.array([e[1] - v for v, e in zip(y, s.y_err, strict=True)])
             err = np.nan_to_num(np.vstack([lo, hi])[:, ok], nan=0.0).clip(min=0)
             ax.errorbar(x[ok], y[ok], yerr=err, fmt="none", ecolor=c, alpha=0.35, lw=1)
-        ax.scatter(x[ok], y[ok], color=c, alpha=0.55, s=22, label=f"{s.name}: points" if len(series) > 1 else
-                   "load points", zorder=3)
+        ax.scatter(
+            x[ok],
+            y[ok],
+            color=c,
+            alpha=0.55,
+            s=22,
+            label=f"{s.name}: points" if len(series) > 1 else "load points",
+            zorder=3,
+        )
         fr = [j for j in s.frontier if ok[j]]
         if fr:
-            ax.plot(x[fr], y[fr], "-o", color=c, lw=2, ms=5, label=f"{s.name}: frontier" if len(series) > 1
-                    else "Pareto frontier", zorder=4)
+            ax.plot(
+                x[fr],
+                y[fr],
+                "-o",
+                color=c,
+                lw=2,
+                ms=5,
+                label=f"{s.name}: frontier" if len(series) > 1 else "Pareto frontier",
+                zorder=4,
+            )
         if len(series) == 1:
             for j in np.flatnonzero(ok):
                 if j < len(s.labels) and s.labels[j]:
-                    ax.annotate(s.labels[j], (x[j], y[j]), textcoords="offset points", xytext=(4, 4),
-                                fontsize=7, color="#444")
+                    ax.annotate(
+                        s.labels[j], (x[j], y[j]), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#444"
+                    )
     if not drawn:
         _empty(ax, "no point has a per-user speed and a throughput")
         return fig
@@ -117,10 +132,19 @@ def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | N
 
 
 @_styled
-def goodput_chart(load: Sequence[float], offered: Sequence[float], completed: Sequence[float],
-                  goodput: Sequence[float | None], goodput_ci: Sequence[tuple[float, float] | None],
-                  attainment: Sequence[float | None], attainment_ci: Sequence[tuple[float, float] | None],
-                  *, load_label: str, target_pct: float | None, capacity: float | None) -> Figure:
+def goodput_chart(
+    load: Sequence[float],
+    offered: Sequence[float],
+    completed: Sequence[float],
+    goodput: Sequence[float | None],
+    goodput_ci: Sequence[tuple[float, float] | None],
+    attainment: Sequence[float | None],
+    attainment_ci: Sequence[tuple[float, float] | None],
+    *,
+    load_label: str,
+    target_pct: float | None,
+    capacity: float | None,
+) -> Figure:
     """Completed and good requests/s against load, with SLO attainment % on the right axis."""
     fig = _figure(right=2.8)
     ax = _axes(fig)
@@ -140,8 +164,14 @@ def goodput_chart(load: Sequence[float], offered: Sequence[float], completed: Se
         a = np.array([np.nan if attainment[i] is None else attainment[i] for i in order], dtype=float)
         aci = [attainment_ci[i] for i in order]
         ax2.plot(x, a, "-^", color=COLORS[1], ms=4, label="SLO attainment %")
-        ax2.fill_between(x, [c[0] * 100 if c else np.nan for c in aci], [c[1] * 100 if c else np.nan for c in aci],
-                         color=COLORS[1], alpha=0.1, lw=0)
+        ax2.fill_between(
+            x,
+            [c[0] * 100 if c else np.nan for c in aci],
+            [c[1] * 100 if c else np.nan for c in aci],
+            color=COLORS[1],
+            alpha=0.1,
+            lw=0,
+        )
         if target_pct is not None:
             ax2.axhline(target_pct, color=COLORS[1], ls="--", lw=1, label=f"target {target_pct:g}%")
         ax2.set_ylim(0, 102)
@@ -154,8 +184,9 @@ def goodput_chart(load: Sequence[float], offered: Sequence[float], completed: Se
         _legend_right(ax)
     if capacity is not None:
         ax.axvline(capacity, color="#444", lw=1, ls="-.")
-        ax.annotate(f"capacity at SLO {capacity:g}", (capacity, 0), textcoords="offset points", xytext=(3, 3),
-                    fontsize=7)
+        ax.annotate(
+            f"capacity at SLO {capacity:g}", (capacity, 0), textcoords="offset points", xytext=(3, 3), fontsize=7
+        )
     ax.set_xlabel(load_label)
     ax.set_ylabel("requests/s")
     ax.set_ylim(bottom=0)
@@ -163,8 +194,13 @@ def goodput_chart(load: Sequence[float], offered: Sequence[float], completed: Se
 
 
 @_styled
-def latency_chart(load: Sequence[float], metrics: dict[str, tuple[list[float], list[tuple[float, float]]]],
-                  *, load_label: str, bounds: dict[str, float] | None = None) -> Figure:
+def latency_chart(
+    load: Sequence[float],
+    metrics: dict[str, tuple[list[float], list[tuple[float, float]]]],
+    *,
+    load_label: str,
+    bounds: dict[str, float] | None = None,
+) -> Figure:
     """Latency percentiles (ms, log scale) against load, each with its 95% interval band."""
     fig = _figure()
     ax = _axes(fig)
@@ -276,14 +312,25 @@ def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float,
         for x0, _ in marks:
             ax.axvline(x0, color="#999", lw=0.6, ls=":")
     for x0, label in marks:
-        axes[0].annotate(label, (x0, 1.0), xycoords=("data", "axes fraction"), fontsize=6, color="#666",
-                         xytext=(2, -8), textcoords="offset points")
+        axes[0].annotate(
+            label,
+            (x0, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=6,
+            color="#666",
+            xytext=(2, -8),
+            textcoords="offset points",
+        )
     return fig
 
 
 @_styled
-def server_chart(t_s: Sequence[float], running: Sequence[float | None], waiting: Sequence[float | None],
-                 kv_usage: Sequence[float | None]) -> Figure:
+def server_chart(
+    t_s: Sequence[float],
+    running: Sequence[float | None],
+    waiting: Sequence[float | None],
+    kv_usage: Sequence[float | None],
+) -> Figure:
     """What the server reported over the run (its /metrics): requests running and waiting, KV-cache use."""
     fig = _figure(h=2.8, right=2.8)
     ax = _axes(fig)
@@ -332,8 +379,13 @@ def errors_chart(labels: Sequence[str], by_status: Sequence[dict[str, int]]) -> 
 
 
 @_styled
-def overlay_chart(series: dict[str, tuple[list[float], list[float], list[tuple[float, float]]]], *,
-                  x_label: str, y_label: str, log_y: bool = False) -> Figure:
+def overlay_chart(
+    series: dict[str, tuple[list[float], list[float], list[tuple[float, float]]]],
+    *,
+    x_label: str,
+    y_label: str,
+    log_y: bool = False,
+) -> Figure:
     """One line per run (x, y and a 95% band) on shared axes: a comparison at matched load."""
     fig = _figure()
     ax = _axes(fig)

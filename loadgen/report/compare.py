@@ -30,11 +30,15 @@ def _verdict_rows(c: Comparison, verdicts: list[Verdict]) -> str:
     for v in verdicts:
         cells = "".join(f"<td>{_value(v.values.get(n))}</td>" for n in c.names)
         win = f'<span class="win">{esc(v.winner)}</span>' if v.winner else '<span class="nowin">no clear winner</span>'
-        rows.append(f'<tr><td class="l">{esc(v.metric)}</td><td class="l">{esc(v.unit)}</td>{cells}'
-                    f'<td class="l">{win}</td><td class="l">{esc(v.detail)}</td></tr>')
+        rows.append(
+            f'<tr><td class="l">{esc(v.metric)}</td><td class="l">{esc(v.unit)}</td>{cells}'
+            f'<td class="l">{win}</td><td class="l">{esc(v.detail)}</td></tr>'
+        )
     head = "".join(f"<th>{esc(n)}</th>" for n in c.names)
-    return (f'<div class="scroll"><table><thead><tr><th class="l">figure</th><th class="l">unit</th>{head}'
-            f'<th class="l">winner</th><th class="l">why</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+    return (
+        f'<div class="scroll"><table><thead><tr><th class="l">figure</th><th class="l">unit</th>{head}'
+        f'<th class="l">winner</th><th class="l">why</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    )
 
 
 def _charts(c: Comparison) -> str:
@@ -46,10 +50,18 @@ def _charts(c: Comparison) -> str:
         front = sorted(a.frontier, key=lambda i: a.points[i].x)
         series.append(charts.Series(s.name, [p.x for p in a.points], ys, front))
     tpot = c.slo.tpot_ms if c.slo is not None else None
-    pareto = charts.pareto_chart(series, y_label="output tok/s per GPU" if per_gpu else "output tok/s (aggregate)",
-                                 x_min_slo=1000.0 / tpot if tpot else None)
-    out = [figure_html("pareto", charts.to_svg(pareto),
-                       "Overlaid Pareto frontiers: output tok/s against per-user speed (median 1/TPOT).")]
+    pareto = charts.pareto_chart(
+        series,
+        y_label="output tok/s per GPU" if per_gpu else "output tok/s (aggregate)",
+        x_min_slo=1000.0 / tpot if tpot else None,
+    )
+    out = [
+        figure_html(
+            "pareto",
+            charts.to_svg(pareto),
+            "Overlaid Pareto frontiers: output tok/s against per-user speed (median 1/TPOT).",
+        )
+    ]
     good: dict[str, Any] = {}
     ttft: dict[str, Any] = {}
     tpot_s: dict[str, Any] = {}
@@ -57,24 +69,46 @@ def _charts(c: Comparison) -> str:
         ps = sorted(s.analysis.points, key=lambda p: p.load)
         x = [p.load for p in ps]
         if c.slo is not None:
-            good[s.name] = (x, [p.summary.goodput_rps if p.summary.goodput_rps is not None else float("nan")
-                                for p in ps], [p.goodput_ci or (float("nan"),) * 2 for p in ps])
+            good[s.name] = (
+                x,
+                [p.summary.goodput_rps if p.summary.goodput_rps is not None else float("nan") for p in ps],
+                [p.goodput_ci or (float("nan"),) * 2 for p in ps],
+            )
         else:
             good[s.name] = (x, [p.summary.completed_rps for p in ps], [])
-        ttft[s.name] = (x, [p.summary.ttft.pct(99)[0] if p.summary.ttft.n else float("nan") for p in ps],
-                        [p.summary.ttft.pct(99)[1:] if p.summary.ttft.n else (float("nan"),) * 2 for p in ps])
-        tpot_s[s.name] = (x, [p.summary.tpot.pct(50)[0] if p.summary.tpot.n else float("nan") for p in ps],
-                          [p.summary.tpot.pct(50)[1:] if p.summary.tpot.n else (float("nan"),) * 2 for p in ps])
+        ttft[s.name] = (
+            x,
+            [p.summary.ttft.pct(99)[0] if p.summary.ttft.n else float("nan") for p in ps],
+            [p.summary.ttft.pct(99)[1:] if p.summary.ttft.n else (float("nan"),) * 2 for p in ps],
+        )
+        tpot_s[s.name] = (
+            x,
+            [p.summary.tpot.pct(50)[0] if p.summary.tpot.n else float("nan") for p in ps],
+            [p.summary.tpot.pct(50)[1:] if p.summary.tpot.n else (float("nan"),) * 2 for p in ps],
+        )
     load = c.sides[0].analysis.load_unit
     what = "goodput req/s (met the SLO)" if c.slo is not None else "completed req/s"
-    out.append(figure_html("goodput", charts.to_svg(charts.overlay_chart(good, x_label=load, y_label=what)),
-                           f"{esc(what.capitalize())} against load, with 95% intervals."))
-    out.append(figure_html("ttft-p99", charts.to_svg(charts.overlay_chart(ttft, x_label=load, y_label="TTFT p99 ms",
-                                                                          log_y=True)),
-                           "TTFT p99 against load, with 95% order-statistic intervals."))
-    out.append(figure_html("tpot-p50", charts.to_svg(charts.overlay_chart(tpot_s, x_label=load,
-                                                                          y_label="TPOT p50 ms", log_y=True)),
-                           "Median TPOT against load, with 95% intervals."))
+    out.append(
+        figure_html(
+            "goodput",
+            charts.to_svg(charts.overlay_chart(good, x_label=load, y_label=what)),
+            f"{esc(what.capitalize())} against load, with 95% intervals.",
+        )
+    )
+    out.append(
+        figure_html(
+            "ttft-p99",
+            charts.to_svg(charts.overlay_chart(ttft, x_label=load, y_label="TTFT p99 ms", log_y=True)),
+            "TTFT p99 against load, with 95% order-statistic intervals.",
+        )
+    )
+    out.append(
+        figure_html(
+            "tpot-p50",
+            charts.to_svg(charts.overlay_chart(tpot_s, x_label=load, y_label="TPOT p50 ms", log_y=True)),
+            "Median TPOT against load, with 95% intervals.",
+        )
+    )
     return "\n".join(out)
 
 
@@ -83,20 +117,30 @@ def render_compare(c: Comparison) -> str:
         f'<tr><td class="l">{esc(s.name)}</td><td class="l mono">{esc(s.analysis.meta.get("endpoint", "?"))}</td>'
         f'<td class="l">{esc(s.analysis.meta.get("model", "?"))}</td><td class="l">{esc(s.analysis.run_dir)}</td>'
         f"<td>{len(s.analysis.points)}</td><td>{esc(fmt(s.analysis.gpus))}</td></tr>"
-        for s in c.sides)
+        for s in c.sides
+    )
     mism = ""
     if c.mismatches:
         items = "".join(f"<li>{esc(m)}</li>" for m in c.mismatches)
-        mism = (f'<div class="loud" id="mismatch"><strong>These runs did not send the same traffic; the comparison '
-                f"is not a fair bake-off:</strong><ul>{items}</ul></div>")
+        mism = (
+            f'<div class="loud" id="mismatch"><strong>These runs did not send the same traffic; the comparison '
+            f"is not a fair bake-off:</strong><ul>{items}</ul></div>"
+        )
     notes = "".join(f"<p>{esc(n)}</p>" for n in c.notes)
-    slo = (f"SLO: {esc(c.slo)}, target {c.target_pct:g}% attainment." if c.slo is not None
-           else "No SLO given: capacity and goodput at SLO are not compared (use --slo).")
+    slo = (
+        f"SLO: {esc(c.slo)}, target {c.target_pct:g}% attainment."
+        if c.slo is not None
+        else "No SLO given: capacity and goodput at SLO are not compared (use --slo)."
+    )
     head = [v for v in c.verdicts if v.group == "headline"]
     matched = [v for v in c.verdicts if v.group != "headline"]
     warn = "".join(f"<li>{esc(s.name)}: {esc(w)}</li>" for s in c.sides for w in s.analysis.warnings)
-    warn += "".join(f"<li>{esc(s.name)} {esc(p.short_label)}: {esc(w)}</li>"
-                    for s in c.sides for p in s.analysis.points for w in p.warnings)
+    warn += "".join(
+        f"<li>{esc(s.name)} {esc(p.short_label)}: {esc(w)}</li>"
+        for s in c.sides
+        for p in s.analysis.points
+        for w in p.warnings
+    )
     body = [
         f"<header><h1>loadgen bake-off: {esc(' vs '.join(c.names))}</h1><p class='sub'>{slo}</p></header>",
         mism,

@@ -68,34 +68,53 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
         '<nav><a href="#overview">overview</a><a href="#warnings">warnings</a><a href="#points">points</a>'
         + "".join(f'<a href="#{c}">{c}</a>' for c in CHART_IDS)
         + '<a href="#error-detail">error detail</a><a href="#config">configuration</a>'
-          '<a href="#method">method</a></nav>',
+        '<a href="#method">method</a></nav>',
         _overview(a),
         _warnings(a),
         _points_table(a),
         '<section id="charts"><h2>Charts</h2>',
         figure_html("pareto", pareto_svg or charts.to_svg(_pareto(a)), _pareto_caption(a)),
-        figure_html("goodput", charts.to_svg(_goodput(a)),
-                    "Offered, completed and good (SLO-meeting) requests per second against load, with 95% "
-                    "intervals; SLO attainment % on the right axis." if a.slo else
-                    "Offered and completed requests per second against load (give --slo for goodput)."),
-        figure_html("latency", charts.to_svg(_latency(a)),
-                    "Latency percentiles against load; bands are the 95% order-statistic intervals "
-                    "(an unbounded side is left open)."),
-        figure_html("cdf-ttft", charts.to_svg(_cdf(a, "ttft")),
-                    "Distribution of TTFT (from the intended send time) per load point."),
-        figure_html("cdf-itl", charts.to_svg(_cdf(a, "itl")),
-                    "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k)."),
-        figure_html("timeseries", charts.to_svg(_timeseries(a)),
-                    "The whole run over time; dotted lines mark where each load point started."),
-        figure_html("server", charts.to_svg(_server(a)),
-                    "What the server reported over the same time axis (its Prometheus /metrics, scraped every "
-                    "second): requests running and waiting, and KV-cache use."),
+        figure_html(
+            "goodput",
+            charts.to_svg(_goodput(a)),
+            "Offered, completed and good (SLO-meeting) requests per second against load, with 95% "
+            "intervals; SLO attainment % on the right axis."
+            if a.slo
+            else "Offered and completed requests per second against load (give --slo for goodput).",
+        ),
+        figure_html(
+            "latency",
+            charts.to_svg(_latency(a)),
+            "Latency percentiles against load; bands are the 95% order-statistic intervals "
+            "(an unbounded side is left open).",
+        ),
+        figure_html(
+            "cdf-ttft",
+            charts.to_svg(_cdf(a, "ttft")),
+            "Distribution of TTFT (from the intended send time) per load point.",
+        ),
+        figure_html(
+            "cdf-itl",
+            charts.to_svg(_cdf(a, "itl")),
+            "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k).",
+        ),
+        figure_html(
+            "timeseries",
+            charts.to_svg(_timeseries(a)),
+            "The whole run over time; dotted lines mark where each load point started.",
+        ),
+        figure_html(
+            "server",
+            charts.to_svg(_server(a)),
+            "What the server reported over the same time axis (its Prometheus /metrics, scraped every "
+            "second): requests running and waiting, and KV-cache use.",
+        ),
         figure_html("errors", charts.to_svg(_errors(a)), "Requests that did not succeed, per point and status."),
         "</section>",
         _error_detail(a),
         _config(a),
         _method(a),
-        f'<footer>loadgen {esc(m.get("tool", {}).get("version", ""))} · generated from '
+        f"<footer>loadgen {esc(m.get('tool', {}).get('version', ''))} · generated from "
         f"{esc(a.run_dir.name)}/records.parquet · re-render with <code>loadgen report {esc(a.run_dir.name)}</code>"
         "</footer>",
     ]
@@ -112,9 +131,11 @@ def _header(a: RunAnalysis) -> str:
     m = a.meta
     kind = f"sweep of {len(a.points)} load points" if a.is_sweep else "single run"
     sim = " (built-in simulator)" if m.get("simulator") else ""
-    return (f"<header><h1>loadgen report: {esc(m.get('model', '?'))}</h1>"
-            f'<p class="sub">{esc(kind)} against <span class="mono">{esc(m.get("endpoint", "?"))}</span>{esc(sim)}'
-            f" · run {esc(m.get('run_id', ''))} · {esc(_when(m.get('started_wall_ns')))}</p></header>")
+    return (
+        f"<header><h1>loadgen report: {esc(m.get('model', '?'))}</h1>"
+        f'<p class="sub">{esc(kind)} against <span class="mono">{esc(m.get("endpoint", "?"))}</span>{esc(sim)}'
+        f" · run {esc(m.get('run_id', ''))} · {esc(_when(m.get('started_wall_ns')))}</p></header>"
+    )
 
 
 def _card(key: str, value: str, note: str = "") -> str:
@@ -131,12 +152,22 @@ def _overview(a: RunAnalysis) -> str:
     if a.slo is not None:
         c = a.capacity
         if c is not None and c.rate is not None:
-            cards.append(_card(f"capacity at SLO ({a.target_pct:g}% attainment)", f"{esc(fmt(c.rate))} req/s",
-                               esc(f"{bracket_text(c.lower, c.upper)}. {c.note}")))
+            cards.append(
+                _card(
+                    f"capacity at SLO ({a.target_pct:g}% attainment)",
+                    f"{esc(fmt(c.rate))} req/s",
+                    esc(f"{bracket_text(c.lower, c.upper)}. {c.note}"),
+                )
+            )
             at = a.point_at(c.rate)
             if at is not None:
-                cards.append(_card("goodput at capacity", fmt_ci(at.summary.goodput_rps, at.goodput_ci) + " req/s",
-                                   esc(f"SLO: {a.slo}")))
+                cards.append(
+                    _card(
+                        "goodput at capacity",
+                        fmt_ci(at.summary.goodput_rps, at.goodput_ci) + " req/s",
+                        esc(f"SLO: {a.slo}"),
+                    )
+                )
                 for name, cost in at.costs.items():
                     cards.append(_card(f"$/M output tokens at capacity ({name})", esc(fmt(cost))))
         else:
@@ -145,11 +176,17 @@ def _overview(a: RunAnalysis) -> str:
         for name, cost in best.costs.items():
             cards.append(_card(f"$/M output tokens at peak ({name})", esc(fmt(cost))))
     if a.saturation or a.is_sweep:
-        cards.append(_card("saturation", "reached" if a.saturation else "not reached",
-                           esc(a.saturation or a.search_end or "no point fell behind the offered load")))
+        cards.append(
+            _card(
+                "saturation",
+                "reached" if a.saturation else "not reached",
+                esc(a.saturation or a.search_end or "no point fell behind the offered load"),
+            )
+        )
     front = ", ".join(a.points[i].short_label for i in a.frontier)
-    text = (f"<p>Pareto frontier (non-dominated points, ★ in the table): {esc(front) or 'none'}.</p>"
-            if a.is_sweep else "")
+    text = (
+        f"<p>Pareto frontier (non-dominated points, ★ in the table): {esc(front) or 'none'}.</p>" if a.is_sweep else ""
+    )
     return f'<section id="overview"><h2>Overview</h2><div class="cards">{"".join(cards)}</div>{text}</section>'
 
 
@@ -165,8 +202,10 @@ def _warnings(a: RunAnalysis) -> str:
     for p in a.points:
         items += [f"{esc(p.short_label)}: {esc(w)}" for w in p.warnings]
     if not items:
-        return ('<section id="warnings"><h2>Validity</h2><ul class="warnings none"><li>no validity warnings: '
-                "the client kept up, samples suffice, token counts agree</li></ul></section>")
+        return (
+            '<section id="warnings"><h2>Validity</h2><ul class="warnings none"><li>no validity warnings: '
+            "the client kept up, samples suffice, token counts agree</li></ul></section>"
+        )
     lis = "".join(f"<li>{w}</li>" for w in items)
     return f'<section id="warnings"><h2>Validity warnings</h2><ul class="warnings">{lis}</ul></section>'
 
@@ -176,73 +215,134 @@ def _points_table(a: RunAnalysis) -> str:
     gpu = a.gpus is not None
     head = ["#", "load", "phase", "offered req/s", "sent req/s", "completed req/s", "output tok/s [95% CI]"]
     head += ["output tok/s/GPU"] if gpu else []
-    head += ["total tok/s", "per-user tok/s p50", "per-user p90", "TTFT p50 ms", "TTFT p99 ms [CI]", "TPOT p50 ms",
-             "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms", "E2E p99 ms [CI]"]
+    head += [
+        "total tok/s",
+        "per-user tok/s p50",
+        "per-user p90",
+        "TTFT p50 ms",
+        "TTFT p99 ms [CI]",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "E2E p50 ms",
+        "E2E p99 ms [CI]",
+    ]
     head += ["goodput req/s [CI]", "SLO attainment % [CI]"] if a.slo else []
     head += ["lag p99 ms", "ok", "failed", "cancelled"] + [f"$/M out ({p})" for p in prices]
     rows = []
     for p in a.points:
         s = p.summary
-        cells = [str(p.index), esc(p.short_label), esc(p.phase), esc(fmt(s.offered_rps)), esc(fmt(s.sent_rps)),
-                 esc(fmt(s.completed_rps)), fmt_ci(s.output_tps, p.output_tps_ci)]
+        cells = [
+            str(p.index),
+            esc(p.short_label),
+            esc(p.phase),
+            esc(fmt(s.offered_rps)),
+            esc(fmt(s.sent_rps)),
+            esc(fmt(s.completed_rps)),
+            fmt_ci(s.output_tps, p.output_tps_ci),
+        ]
         cells += [fmt_ci(p.y, p.y_ci)] if gpu else []
-        cells += [esc(fmt(s.total_tps)), esc(fmt(p.x)), esc(fmt(p.per_user_p90)), _pct(s.ttft, 50),
-                  _pct(s.ttft, 99, True), _pct(s.tpot, 50), _pct(s.tpot, 99), _pct(s.itl, 50), _pct(s.itl, 99),
-                  _pct(s.e2e, 50), _pct(s.e2e, 99, True)]
+        cells += [
+            esc(fmt(s.total_tps)),
+            esc(fmt(p.x)),
+            esc(fmt(p.per_user_p90)),
+            _pct(s.ttft, 50),
+            _pct(s.ttft, 99, True),
+            _pct(s.tpot, 50),
+            _pct(s.tpot, 99),
+            _pct(s.itl, 50),
+            _pct(s.itl, 99),
+            _pct(s.e2e, 50),
+            _pct(s.e2e, 99, True),
+        ]
         if a.slo:
             att = p.attainment_ci
-            cells += [fmt_ci(s.goodput_rps, p.goodput_ci),
-                      fmt_ci(s.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None)]
+            cells += [
+                fmt_ci(s.goodput_rps, p.goodput_ci),
+                fmt_ci(s.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None),
+            ]
         cells += [_pct(s.schedule_lag, 99), str(s.ok), str(s.failed), str(s.cancelled)]
         cells += [esc(fmt(p.costs.get(name))) for name in prices]
         cls = ' class="frontier"' if p.on_frontier else ""
-        rows.append(f"<tr{cls}>" + "".join(
-            f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells)) + "</tr>")
+        rows.append(
+            f"<tr{cls}>"
+            + "".join(f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells))
+            + "</tr>"
+        )
     th = "".join(f'<th class="l">{esc(h)}</th>' if i in (1, 2) else f"<th>{esc(h)}</th>" for i, h in enumerate(head))
     window = esc(a.points[0].summary.window.how) if a.points else ""
     kinds = sorted({p.label.split(" @ ")[0] for p in a.points if p.rate is not None})
     arrival = f" Arrivals: {esc(', '.join(kinds))}." if kinds else ""
-    return (f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
-            f"measurement window ({window}); ★ marks the Pareto frontier.{arrival}</p>"
-            f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
-            "</section>")
+    return (
+        f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
+        f"measurement window ({window}); ★ marks the Pareto frontier.{arrival}</p>"
+        f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+        "</section>"
+    )
 
 
 # --------------------------------------------------------------------------- charts
 
 
 def _pareto(a: RunAnalysis) -> Any:
-    s = charts.Series("run", [p.x for p in a.points], [p.y for p in a.points], a.frontier,
-                      [p.short_label.replace(" req/s", "") for p in a.points],
-                      [p.y_ci for p in a.points])
+    s = charts.Series(
+        "run",
+        [p.x for p in a.points],
+        [p.y for p in a.points],
+        a.frontier,
+        [p.short_label.replace(" req/s", "") for p in a.points],
+        [p.y_ci for p in a.points],
+    )
     tpot = a.slo.tpot_ms if a.slo is not None else None
-    return charts.pareto_chart([s], y_label="output tok/s per GPU" if a.gpus else "output tok/s (aggregate)",
-                               x_min_slo=1000.0 / tpot if tpot else None)
+    return charts.pareto_chart(
+        [s],
+        y_label="output tok/s per GPU" if a.gpus else "output tok/s (aggregate)",
+        x_min_slo=1000.0 / tpot if tpot else None,
+    )
 
 
 def _pareto_caption(a: RunAnalysis) -> str:
     per = f" per GPU ({fmt(a.gpus)} GPUs)" if a.gpus else ""
-    slo = (f" The shaded region meets the TPOT bound of {esc(fmt(a.slo.tpot_ms))} ms."
-           if a.slo is not None and a.slo.tpot_ms else "")
-    return (f"Aggregate output tokens/s{per} against per-user speed (median 1/TPOT, measured per request); "
-            f"the line joins the non-dominated points, bars are 95% batch-means intervals.{slo}")
+    slo = (
+        f" The shaded region meets the TPOT bound of {esc(fmt(a.slo.tpot_ms))} ms."
+        if a.slo is not None and a.slo.tpot_ms
+        else ""
+    )
+    return (
+        f"Aggregate output tokens/s{per} against per-user speed (median 1/TPOT, measured per request); "
+        f"the line joins the non-dominated points, bars are 95% batch-means intervals.{slo}"
+    )
 
 
 def _goodput(a: RunAnalysis) -> Any:
     ps = a.points
     cap = a.capacity.rate if a.capacity else None
     return charts.goodput_chart(
-        [p.load for p in ps], [p.summary.offered_rps for p in ps], [p.summary.completed_rps for p in ps],
-        [p.summary.goodput_rps for p in ps], [p.goodput_ci for p in ps],
-        [p.summary.slo_attainment_pct for p in ps], [p.attainment_ci for p in ps],
-        load_label=a.load_unit, target_pct=a.target_pct if a.slo else None, capacity=cap)
+        [p.load for p in ps],
+        [p.summary.offered_rps for p in ps],
+        [p.summary.completed_rps for p in ps],
+        [p.summary.goodput_rps for p in ps],
+        [p.goodput_ci for p in ps],
+        [p.summary.slo_attainment_pct for p in ps],
+        [p.attainment_ci for p in ps],
+        load_label=a.load_unit,
+        target_pct=a.target_pct if a.slo else None,
+        capacity=cap,
+    )
 
 
 def _latency(a: RunAnalysis) -> Any:
     ps = a.points
     series: dict[str, tuple[list[float], list[tuple[float, float]]]] = {}
-    for name, attr, pct in (("TTFT p50", "ttft", 50), ("TTFT p99", "ttft", 99), ("TPOT p50", "tpot", 50),
-                            ("TPOT p99", "tpot", 99), ("ITL p99", "itl", 99), ("E2E p99", "e2e", 99)):
+    for name, attr, pct in (
+        ("TTFT p50", "ttft", 50),
+        ("TTFT p99", "ttft", 99),
+        ("TPOT p50", "tpot", 50),
+        ("TPOT p99", "tpot", 99),
+        ("ITL p99", "itl", 99),
+        ("E2E p99", "e2e", 99),
+    ):
         vals, cis = [], []
         for p in ps:
             d: Dist = getattr(p.summary, attr)
@@ -297,8 +397,12 @@ def _server(a: RunAnalysis) -> Any:
     if not rows or a.table.num_rows == 0:
         return charts.server_chart([], [], [], [])
     t0 = int(pc.min(a.table.column("t_sched")).as_py())
-    return charts.server_chart([(r["t_ns"] - t0) / 1e9 for r in rows], [r.get("running") for r in rows],
-                               [r.get("waiting") for r in rows], [r.get("kv_cache_usage") for r in rows])
+    return charts.server_chart(
+        [(r["t_ns"] - t0) / 1e9 for r in rows],
+        [r.get("running") for r in rows],
+        [r.get("waiting") for r in rows],
+        [r.get("kv_cache_usage") for r in rows],
+    )
 
 
 def _errors(a: RunAnalysis) -> Any:
@@ -327,16 +431,28 @@ def _config(a: RunAnalysis) -> str:
     parts = ["<h3>Settings</h3>", kv_html(m.get("settings", {})), "<h3>Workload</h3>", kv_html(m.get("workload", {}))]
     if m.get("sweep"):
         parts += ["<h3>Sweep</h3>", kv_html(m["sweep"])]
-        plan = [{"point": p.get("index"), "arrival": p.get("arrival", {}).get("label"), "phase": p.get("phase"),
-                 "why": p.get("why"), "measured s": p.get("duration_s"), "salt": p.get("salt")}
-                for p in m.get("points", [])]
+        plan = [
+            {
+                "point": p.get("index"),
+                "arrival": p.get("arrival", {}).get("label"),
+                "phase": p.get("phase"),
+                "why": p.get("why"),
+                "measured s": p.get("duration_s"),
+                "salt": p.get("salt"),
+            }
+            for p in m.get("points", [])
+        ]
         rows = "".join("<tr>" + "".join(f'<td class="l">{esc(v)}</td>' for v in r.values()) + "</tr>" for r in plan)
         head = "".join(f'<th class="l">{esc(k)}</th>' for k in (plan[0] if plan else {}))
         parts += ["<h3>Points as planned</h3>", f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"]
     if m.get("simulator"):
         parts += ["<h3>Simulator</h3>", kv_html(m["simulator"])]
-    parts += ["<h3>Client and host</h3>", kv_html({"command": " ".join(map(str, m.get("command", []))),
-                                                   "tool": m.get("tool", {}), "host": m.get("host", {})})]
+    parts += [
+        "<h3>Client and host</h3>",
+        kv_html(
+            {"command": " ".join(map(str, m.get("command", []))), "tool": m.get("tool", {}), "host": m.get("host", {})}
+        ),
+    ]
     return f'<section id="config"><h2>Run configuration</h2>{"".join(parts)}</section>'
 
 
@@ -344,17 +460,26 @@ def _method(a: RunAnalysis) -> str:
     if a.point_salt is None:
         salt = "A single run: prompts carry the run's own salt, if any."
     elif a.point_salt:
-        salt = ("Each load point's prompts carry a point-specific salt (p0, p1, …), so prefix-cache state "
-                "cannot carry from one point into the next; the same settings give the same salts, so a bake-off "
-                "sends identical traffic to every vendor.")
+        salt = (
+            "Each load point's prompts carry a point-specific salt (p0, p1, …), so prefix-cache state "
+            "cannot carry from one point into the next; the same settings give the same salts, so a bake-off "
+            "sends identical traffic to every vendor."
+        )
     else:
-        salt = ("Per-point salting was OFF (--no-point-salt): prompts repeat across load points, so later points "
-                "can hit prefix caches warmed by earlier ones.")
-    slo = (f"Goodput counts requests that finished OK inside the window and met every bound of the SLO "
-           f"({esc(a.slo)}); attainment = met / scheduled in the window, failures count as misses. Capacity at SLO "
-           f"is the highest offered rate whose attainment is at least {a.target_pct:g}%; it is confirmed when the "
-           "one-sided 95% Clopper-Pearson lower bound reaches the target.") if a.slo else \
-        "No SLO was given, so goodput and capacity at SLO are not computed (use --slo)."
+        salt = (
+            "Per-point salting was OFF (--no-point-salt): prompts repeat across load points, so later points "
+            "can hit prefix caches warmed by earlier ones."
+        )
+    slo = (
+        (
+            f"Goodput counts requests that finished OK inside the window and met every bound of the SLO "
+            f"({esc(a.slo)}); attainment = met / scheduled in the window, failures count as misses. Capacity at SLO "
+            f"is the highest offered rate whose attainment is at least {a.target_pct:g}%; it is confirmed when the "
+            "one-sided 95% Clopper-Pearson lower bound reaches the target."
+        )
+        if a.slo
+        else "No SLO was given, so goodput and capacity at SLO are not computed (use --slo)."
+    )
     static = [
         "Open loop: latency is measured from each request's intended send time, so queueing in the endpoint "
         "(or a client that fell behind) cannot hide latency. Schedule lag shows whether the client kept up.",

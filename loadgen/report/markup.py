@@ -60,7 +60,7 @@ def _css() -> str:
 def page(title: str, body: str) -> str:
     """A complete, self-contained HTML document around ``body`` (already escaped)."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{esc(title)}</title>\n<style>\n{_css()}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"

@@ -24,8 +24,15 @@ from loadgen.records import write_json
 from loadgen.report.html import write_report
 from loadgen.report.markup import fmt
 
-__all__ = ["SweepReport", "render_sweep", "point_columns", "point_cells", "frontier_table", "points_table",
-           "analysis_json"]
+__all__ = [
+    "SweepReport",
+    "render_sweep",
+    "point_columns",
+    "point_cells",
+    "frontier_table",
+    "points_table",
+    "analysis_json",
+]
 
 
 def point_columns(gpus: float | None, prices: dict[str, float], slo: SLO | None) -> list[str]:
@@ -41,12 +48,18 @@ def _p(d: Any, p: float) -> str:
     return fmt(d.pct(p)[0]) if d.n else "-"
 
 
-def point_cells(index: int, label: str, s: Summary, gpus: float | None, prices: dict[str, float],
-                slo: SLO | None, frontier: bool = False) -> list[str]:
+def point_cells(
+    index: int,
+    label: str,
+    s: Summary,
+    gpus: float | None,
+    prices: dict[str, float],
+    slo: SLO | None,
+    frontier: bool = False,
+) -> list[str]:
     """One terminal row of a point, in the order of ``point_columns`` (ms for latencies; the
     HTML report has every percentile with its interval)."""
-    cells = [f"{index}{' *' if frontier else ''}", label, fmt(s.offered_rps), fmt(s.completed_rps),
-             fmt(s.output_tps)]
+    cells = [f"{index}{' *' if frontier else ''}", label, fmt(s.offered_rps), fmt(s.completed_rps), fmt(s.output_tps)]
     cells += [fmt(per_gpu(s.output_tps, gpus))] if gpus else []
     cells += [_p(s.per_user_tps, 50), _p(s.ttft, 50), _p(s.ttft, 99), _p(s.tpot, 50), _p(s.e2e, 99)]
     cells += [fmt(s.goodput_rps), fmt(s.slo_attainment_pct)] if slo else []
@@ -72,8 +85,14 @@ def frontier_table(a: RunAnalysis) -> Table:
     for i in a.frontier:
         p = a.points[i]
         lo, hi = p.y_ci
-        t.add_row(str(p.index), p.short_label, fmt(p.x), fmt(p.y), f"[{fmt(lo)}, {fmt(hi)}]",
-                  *[fmt(p.costs[n]) for n in a.prices])
+        t.add_row(
+            str(p.index),
+            p.short_label,
+            fmt(p.x),
+            fmt(p.y),
+            f"[{fmt(lo)}, {fmt(hi)}]",
+            *[fmt(p.costs[n]) for n in a.prices],
+        )
     return t
 
 
@@ -96,47 +115,75 @@ class SweepReport:
 
 def headline(a: RunAnalysis) -> list[str]:
     """The sweep's answer in a few lines: saturation, capacity at SLO, cost there."""
-    out = [f"saturation: {a.saturation}" if a.saturation else
-           f"saturation: not reached ({a.search_end or 'no point fell behind the offered load'})"]
+    out = [
+        f"saturation: {a.saturation}"
+        if a.saturation
+        else f"saturation: not reached ({a.search_end or 'no point fell behind the offered load'})"
+    ]
     if a.slo is not None:
         c = a.capacity
         if c is None or c.rate is None:
             out.append(f"capacity at SLO ({a.slo}; {a.target_pct:g}%): none: {c.note if c else 'no open-loop point'}")
         else:
             upper = "" if math.isinf(c.upper) else f", confirmed miss at {fmt(c.upper)}"
-            out.append(f"capacity at SLO ({a.slo}; {a.target_pct:g}% attainment): {fmt(c.rate)} req/s "
-                       f"({'confirmed' if c.confirmed else 'not confirmed'}{upper}): {c.note}")
+            out.append(
+                f"capacity at SLO ({a.slo}; {a.target_pct:g}% attainment): {fmt(c.rate)} req/s "
+                f"({'confirmed' if c.confirmed else 'not confirmed'}{upper}): {c.note}"
+            )
             at = a.point_at(c.rate)
             if at is not None:
                 costs = ", ".join(f"{n} ${fmt(v)}/M" for n, v in at.costs.items())
-                out.append(f"goodput there: {fmt(at.summary.goodput_rps)} req/s, {fmt(at.y)} "
-                           f"output tok/s{' per GPU' if a.gpus else ''}" + (f"; cost {costs}" if costs else ""))
+                out.append(
+                    f"goodput there: {fmt(at.summary.goodput_rps)} req/s, {fmt(at.y)} "
+                    f"output tok/s{' per GPU' if a.gpus else ''}" + (f"; cost {costs}" if costs else "")
+                )
     return out
 
 
 def _point_json(p: PointFigures) -> dict[str, Any]:
     return {
-        "index": p.index, "label": p.label, "phase": p.phase, "rate": p.rate, "concurrency": p.concurrency,
-        "per_user_tps_p50": json_number(p.x), "per_user_tps_p90": json_number(p.per_user_p90),
+        "index": p.index,
+        "label": p.label,
+        "phase": p.phase,
+        "rate": p.rate,
+        "concurrency": p.concurrency,
+        "per_user_tps_p50": json_number(p.x),
+        "per_user_tps_p90": json_number(p.per_user_p90),
         "output_tps_ci": [json_number(v) for v in p.output_tps_ci],
         "output_tps_per_gpu": json_number(p.y) if p.gpus else None,
         "attainment_ci": [json_number(v) for v in p.attainment_ci] if p.attainment_ci else None,
         "goodput_ci": [json_number(v) for v in p.goodput_ci] if p.goodput_ci else None,
         "cost_per_million_output": {k: json_number(v) for k, v in p.costs.items()},
-        "on_frontier": p.on_frontier, "warnings": p.warnings, "summary": summary_to_json(p.summary),
+        "on_frontier": p.on_frontier,
+        "warnings": p.warnings,
+        "summary": summary_to_json(p.summary),
     }
 
 
 def analysis_json(a: RunAnalysis) -> dict[str, Any]:
     c = a.capacity
     return {
-        "run_id": a.meta.get("run_id"), "endpoint": a.meta.get("endpoint"), "model": a.meta.get("model"),
-        "sweep": True, "slo": slo_to_json(a.slo, a.slo_name, a.target_pct), "gpus": a.gpus, "prices": a.prices,
-        "saturation": a.saturation, "frontier": [a.points[i].index for i in a.frontier],
-        "capacity_at_slo": None if c is None else {
-            "rate": c.rate, "lower": json_number(c.lower), "upper": json_number(c.upper), "confirmed": c.confirmed,
-            "target_pct": c.target_pct, "note": c.note},
-        "warnings": a.warnings, "points": [_point_json(p) for p in a.points],
+        "run_id": a.meta.get("run_id"),
+        "endpoint": a.meta.get("endpoint"),
+        "model": a.meta.get("model"),
+        "sweep": True,
+        "slo": slo_to_json(a.slo, a.slo_name, a.target_pct),
+        "gpus": a.gpus,
+        "prices": a.prices,
+        "saturation": a.saturation,
+        "frontier": [a.points[i].index for i in a.frontier],
+        "capacity_at_slo": None
+        if c is None
+        else {
+            "rate": c.rate,
+            "lower": json_number(c.lower),
+            "upper": json_number(c.upper),
+            "confirmed": c.confirmed,
+            "target_pct": c.target_pct,
+            "note": c.note,
+        },
+        "warnings": a.warnings,
+        "points": [_point_json(p) for p in a.points],
     }
 
 

@@ -214,8 +214,12 @@ class EngineLoop(BatchScheduler):
         for s in plan.items:
             r = s.req
             prepare = r.prepare
-            if (prepare is not None and not s.done and r.max_tokens > 0
-                    and s.computed + s.step_tokens == s.prompt_len + r.emitted):
+            if (
+                prepare is not None
+                and not s.done
+                and r.max_tokens > 0
+                and s.computed + s.step_tokens == s.prompt_len + r.emitted
+            ):
                 write = prepare()
                 if write is not None:
                     writes.append(write)

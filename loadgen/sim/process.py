@@ -77,7 +77,7 @@ def start_sim(args: list[str], timeout: float = 30.0) -> SimProcess:
         if ready:
             line = proc.stdout.readline()
             if line.startswith(READY):
-                return SimProcess(proc, line[len(READY):].strip(), errlog)
+                return SimProcess(proc, line[len(READY) :].strip(), errlog)
             if not line and proc.poll() is not None:
                 break
         elif proc.poll() is not None:

@@ -147,11 +147,31 @@ class ModelProfile:
         return self.params_active_b * 1e9 - k * self.expert_params
 
 
-_GPU_REQUIRED = ("name", "display_name", "hbm_gib", "hbm_tb_s", "bf16_tflops",
-                 "interconnect_gb_s", "allreduce_latency_us", "sources")
-_MODEL_REQUIRED = ("name", "display_name", "params_total_b", "params_active_b", "layers",
-                   "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
-                   "max_context", "weight_dtype", "sources")
+_GPU_REQUIRED = (
+    "name",
+    "display_name",
+    "hbm_gib",
+    "hbm_tb_s",
+    "bf16_tflops",
+    "interconnect_gb_s",
+    "allreduce_latency_us",
+    "sources",
+)
+_MODEL_REQUIRED = (
+    "name",
+    "display_name",
+    "params_total_b",
+    "params_active_b",
+    "layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+    "max_context",
+    "weight_dtype",
+    "sources",
+)
 
 
 def _root() -> Any:
@@ -162,8 +182,9 @@ def _fail(where: str, field: str, why: str) -> ProfileError:
     return ProfileError(f"{where}: field '{field}': {why}")
 
 
-def _number(where: str, data: dict[str, Any], key: str, *, integer: bool = False,
-            optional: bool = False, parent: str = "") -> Any:
+def _number(
+    where: str, data: dict[str, Any], key: str, *, integer: bool = False, optional: bool = False, parent: str = ""
+) -> Any:
     v = data.get(key)
     key = parent + key
     if v is None:
@@ -215,14 +236,17 @@ def parse_gpu(data: Any, where: str) -> GpuProfile:
         if k not in d:
             raise _fail(where, k, "missing")
     return GpuProfile(
-        name=str(d["name"]), display_name=str(d["display_name"]),
-        hbm_gib=_number(where, d, "hbm_gib"), hbm_tb_s=_number(where, d, "hbm_tb_s"),
+        name=str(d["name"]),
+        display_name=str(d["display_name"]),
+        hbm_gib=_number(where, d, "hbm_gib"),
+        hbm_tb_s=_number(where, d, "hbm_tb_s"),
         bf16_tflops=_number(where, d, "bf16_tflops"),
         fp8_tflops=_number(where, d, "fp8_tflops", optional=True),
         fp4_tflops=_number(where, d, "fp4_tflops", optional=True),
         interconnect_gb_s=_number(where, d, "interconnect_gb_s"),
         allreduce_latency_us=_number(where, d, "allreduce_latency_us"),
-        aliases=_strings(where, d, "aliases"), sources=_strings(where, d, "sources"),
+        aliases=_strings(where, d, "aliases"),
+        sources=_strings(where, d, "sources"),
     )
 
 
@@ -232,9 +256,10 @@ def parse_model(data: Any, where: str) -> ModelProfile:
     for k in _MODEL_REQUIRED:
         if k not in d:
             raise _fail(where, k, "missing")
-    ints = {k: _number(where, d, k, integer=True) for k in
-            ("layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
-             "max_context")}
+    ints = {
+        k: _number(where, d, k, integer=True)
+        for k in ("layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "max_context")
+    }
     total, active = _number(where, d, "params_total_b"), _number(where, d, "params_active_b")
     if active > total:
         raise _fail(where, "params_active_b", f"{active} exceeds params_total_b {total}")
@@ -245,16 +270,22 @@ def parse_model(data: Any, where: str) -> ModelProfile:
         raise _fail(where, "moe.experts_per_token", "must be less than moe.experts")
     if (moe is None) != (active == total):
         raise _fail(where, "params_active_b", "must equal params_total_b exactly when no moe")
-    mla = _sub(where, d, "mla", MLA,
-               ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"))
+    mla = _sub(where, d, "mla", MLA, ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"))
     sw = _sub(where, d, "sliding_window", SlidingWindow, ("window", "layers"))
     if sw is not None and sw.layers >= ints["layers"]:
         raise _fail(where, "sliding_window.layers", "must be less than layers")
     return ModelProfile(
-        name=str(d["name"]), display_name=str(d["display_name"]), params_total_b=total,
-        params_active_b=active, weight_dtype=d["weight_dtype"], moe=moe, mla=mla,
-        sliding_window=sw, aliases=_strings(where, d, "aliases"),
-        sources=_strings(where, d, "sources"), **ints,
+        name=str(d["name"]),
+        display_name=str(d["display_name"]),
+        params_total_b=total,
+        params_active_b=active,
+        weight_dtype=d["weight_dtype"],
+        moe=moe,
+        mla=mla,
+        sliding_window=sw,
+        aliases=_strings(where, d, "aliases"),
+        sources=_strings(where, d, "sources"),
+        **ints,
     )
 
 
@@ -283,8 +314,7 @@ def _resolve(kind: str, name: str, parse: Any) -> Any:
         if want == stem or want in [str(a).lower() for a in aliases or []]:
             return parse(raw, label)
     singular = kind[:-1]
-    raise ProfileError(f"unknown {singular} {name!r}; valid: {', '.join(files)} "
-                       f"(or a path to a .yaml file)")
+    raise ProfileError(f"unknown {singular} {name!r}; valid: {', '.join(files)} (or a path to a .yaml file)")
 
 
 def gpu(name: str) -> GpuProfile:

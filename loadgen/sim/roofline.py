@@ -124,8 +124,14 @@ class RooflineModel(EngineLoop):
         }
 
 
-def offline_throughput(gpu: GpuProfile | str, model: ModelProfile | str, input_tokens: int,
-                       output_tokens: int, num_requests: int, **options: Any) -> dict[str, float]:
+def offline_throughput(
+    gpu: GpuProfile | str,
+    model: ModelProfile | str,
+    input_tokens: int,
+    output_tokens: int,
+    num_requests: int,
+    **options: Any,
+) -> dict[str, float]:
     """Simulate an offline benchmark (all requests queued at t=0, like ``trtllm-bench
     throughput``) in virtual time; return output tok/s (total and per GPU), mean TTFT/ITL."""
     options.setdefault("prefix_cache", False)  # benchmark prompts are random tokens

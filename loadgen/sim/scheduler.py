@@ -59,8 +59,9 @@ class BatchScheduler(StepCost):
             raise RuntimeError("the simulated engine's loop has died") from self.error
         p = len(req.prompt_ids)
         if p + req.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds "
-                             f"max_model_len ({self.max_model_len}) tokens")
+            raise ValueError(
+                f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds max_model_len ({self.max_model_len}) tokens"
+            )
         hashes = block_hashes(req.prompt_ids, self.block_size) if self.prefix_caching else []
         s = _Seq(req, max(1, p), hashes)  # an empty prompt still has a BOS token to compute
         self._seqs[req] = s

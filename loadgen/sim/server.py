@@ -240,13 +240,25 @@ class SimServer:
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
             obj = "text_completion"
-        out = {"id": f"cmpl-{req.rid}", "object": obj, "created": created, "model": self.config.model_name,
-               "choices": [choice], "usage": self._usage(req, n)}
+        out = {
+            "id": f"cmpl-{req.rid}",
+            "object": obj,
+            "created": created,
+            "model": self.config.model_name,
+            "choices": [choice],
+            "usage": self._usage(req, n),
+        }
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     async def _stream(
-        self, request: web.Request, req: SimRequest, body: dict[str, Any], chat: bool,
-        finish: str, plan: FaultPlan, stops: list[str],
+        self,
+        request: web.Request,
+        req: SimRequest,
+        body: dict[str, Any],
+        chat: bool,
+        finish: str,
+        plan: FaultPlan,
+        stops: list[str],
     ) -> web.StreamResponse:
         """Stream one answer. The handler only starts and ends it (and steps in for faults and a
         backed-up socket): each token is written by the model's step itself (``_Writer.fire`` or

@@ -98,8 +98,9 @@ class StepCost:
         self.kv_bytes_per_token = kv_layer * full  # per GPU, full-attention layers
         self._swa_bytes_per_token = kv_layer * swl
         self.weight_bytes_per_gpu = m.params_total_b * 1e9 * wb / tp
-        self._lin = (2 * m.params_active_b * 1e9 / tp / peak_w
-                     + 4 * m.num_heads * m.head_dim * swl * window / tp / peak_a)
+        self._lin = (
+            2 * m.params_active_b * 1e9 / tp / peak_w + 4 * m.num_heads * m.head_dim * swl * window / tp / peak_a
+        )
         self._att_dec = att_dec * full / tp / peak_a
         self._att_pre = att_pre * full / tp / peak_a
         self._kv = self.kv_bytes_per_token / bw
@@ -110,8 +111,7 @@ class StepCost:
         self._miss = 1 - m.moe.experts_per_token / m.moe.experts if m.moe else 1.0
         collectives = 2 * m.layers if tp > 1 else 0  # after attention and after the MLP
         self._comm0 = collectives * g.allreduce_latency_us * 1e-6
-        self._comm1 = (collectives * 2 * (tp - 1) / tp * m.hidden_size * ACT_BYTES
-                       / (g.interconnect_gb_s * 1e9))
+        self._comm1 = collectives * 2 * (tp - 1) / tp * m.hidden_size * ACT_BYTES / (g.interconnect_gb_s * 1e9)
 
     def _fit_blocks(self) -> int:
         usable = self.gpu.hbm_gib * 2**30 * self.kv_util
@@ -123,14 +123,14 @@ class StepCost:
         per_block = self.kv_bytes_per_token * self.block_size
         if free < per_block * 64:
             tp = self.tp * 2
-            while tp <= 64 and (self.weight_bytes_per_gpu * self.tp / tp > usable * 0.95
-                                or self.model.num_heads % tp):
+            while tp <= 64 and (self.weight_bytes_per_gpu * self.tp / tp > usable * 0.95 or self.model.num_heads % tp):
                 tp *= 2
             raise CapacityError(
                 f"{self.model.name} ({self.weight_dtype}, "
                 f"{self.weight_bytes_per_gpu * self.tp / 1e9:.1f} GB of weights) "
                 f"does not fit on tp={self.tp} x {self.gpu.name} "
-                f"({usable / 1e9:.1f} GB usable at kv_util {self.kv_util}): needs tp >= {tp}")
+                f"({usable / 1e9:.1f} GB usable at kv_util {self.kv_util}): needs tp >= {tp}"
+            )
         return int(free // per_block)
 
     # ---- the roofline -------------------------------------------------------------------
@@ -148,14 +148,12 @@ class StepCost:
         memory = weights + kv_tokens * self._kv + tokens * self._swa_mem
         return max(compute, memory) + self._comm0 + tokens * self._comm1 + self.step_overhead_s
 
-    def step_time_s(self, decode_contexts: list[int], prefill_tokens: int = 0,
-                    prefill_context: int = 0) -> float:
+    def step_time_s(self, decode_contexts: list[int], prefill_tokens: int = 0, prefill_context: int = 0) -> float:
         """Seconds for one step: decodes at these contexts (tokens already cached) plus one
         prefill chunk of ``prefill_tokens`` following ``prefill_context`` cached tokens."""
         n, c = prefill_tokens, prefill_context
         dec = sum(decode_contexts) + len(decode_contexts)
-        return self._step_s(len(decode_contexts) + n, dec, n * c + n * (n + 1) // 2,
-                            dec + (c + n if n else 0))
+        return self._step_s(len(decode_contexts) + n, dec, n * c + n * (n + 1) // 2, dec + (c + n if n else 0))
 
     def decode_step_s(self, batch: int, context: int) -> float:
         """Seconds for a step of ``batch`` decodes, each after ``context`` cached tokens."""
@@ -204,12 +202,20 @@ class StepCost:
     def describe(self) -> dict[str, Any]:
         """The configuration and derived capacities, for logs, /v1/models and report headers."""
         return {
-            "gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
-            "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
+            "gpu": self.gpu.name,
+            "model": self.model.name,
+            "tp": self.tp,
+            "weight_dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
             "weights_gb_per_gpu": round(self.weight_bytes_per_gpu / 1e9, 2),
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token,
-            "kv_capacity_tokens": self.kv_capacity_tokens(), "max_model_len": self.max_model_len,
-            "max_num_seqs": self.max_num_seqs, "max_batch_tokens": self.max_batch_tokens,
-            "mfu": self.mfu, "mbu": self.mbu, "step_overhead_s": self.step_overhead_s,
-            "prefix_cache": self.prefix_caching, "block_size": self.block_size,
+            "kv_capacity_tokens": self.kv_capacity_tokens(),
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_batch_tokens": self.max_batch_tokens,
+            "mfu": self.mfu,
+            "mbu": self.mbu,
+            "step_overhead_s": self.step_overhead_s,
+            "prefix_cache": self.prefix_caching,
+            "block_size": self.block_size,
         }

@@ -48,18 +48,58 @@ class _Writer:
     disconnect, the end of the answer, a socket backing up, an error) wakes the handler instead.
     """
 
-    __slots__ = ("req", "frames", "per_chunk", "usage", "stops", "plan", "buffered", "simple", "fast", "word0",
-                 "post", "framed", "pending", "loop", "next", "fired",
-                 "sent", "held", "tail", "finish", "action", "stalled", "stopped", "transport", "chunked",
-                 "direct", "error")
+    __slots__ = (
+        "req",
+        "frames",
+        "per_chunk",
+        "usage",
+        "stops",
+        "plan",
+        "buffered",
+        "simple",
+        "fast",
+        "word0",
+        "post",
+        "framed",
+        "pending",
+        "loop",
+        "next",
+        "fired",
+        "sent",
+        "held",
+        "tail",
+        "finish",
+        "action",
+        "stalled",
+        "stopped",
+        "transport",
+        "chunked",
+        "direct",
+        "error",
+    )
 
-    def __init__(self, req: SimRequest, frames: _Frames, cfg: SimConfig, plan: FaultPlan, stops: list[str],
-                 usage: Callable[[SimRequest, int], dict[str, Any]] | None, chunked: bool) -> None:
+    def __init__(
+        self,
+        req: SimRequest,
+        frames: _Frames,
+        cfg: SimConfig,
+        plan: FaultPlan,
+        stops: list[str],
+        usage: Callable[[SimRequest, int], dict[str, Any]] | None,
+        chunked: bool,
+    ) -> None:
         self.req, self.frames, self.plan, self.stops, self.usage = req, frames, plan, stops, usage
         self.per_chunk = max(1, cfg.tokens_per_chunk)
         self.buffered = cfg.faults.buffered
-        self.simple = (self.per_chunk == 1 and not stops and usage is None and not self.buffered
-                       and plan.stall_at < 0 and plan.malformed_at < 0 and plan.disconnect_at < 0)
+        self.simple = (
+            self.per_chunk == 1
+            and not stops
+            and usage is None
+            and not self.buffered
+            and plan.stall_at < 0
+            and plan.malformed_at < 0
+            and plan.disconnect_at < 0
+        )
         self.word0 = len(req.prompt_ids) * 31  # see _word_index
         self.fast = self.simple and chunked  # on_emit's inlined path applies
         self.post = frames.mid + b"}\n\n"  # a token frame is frames.pre + word + post
@@ -153,8 +193,7 @@ class _Writer:
 
     def go_direct(self, transport: Any) -> None:
         """Let the model's steps write from now on, if the socket is open and keeping up."""
-        if transport is not None and not transport.is_closing() \
-                and transport.get_write_buffer_size() <= _DIRECT_LIMIT:
+        if transport is not None and not transport.is_closing() and transport.get_write_buffer_size() <= _DIRECT_LIMIT:
             self.transport, self.direct = transport, True
             self.loop = asyncio.get_running_loop()
             self.req.sink = self.on_emit

@@ -44,8 +44,9 @@ def timing_error(records: pa.Table, truth_path: Path) -> TimingError:
     token: list[np.ndarray] = []
     itl: list[np.ndarray] = []
     matched = mismatched = 0
-    for run_id, req, status, chunks, counts in zip(rec["run_id"], rec["request"], rec["status"],
-                                                   rec["chunk_ns"], rec["chunk_tokens"], strict=True):
+    for run_id, req, status, chunks, counts in zip(
+        rec["run_id"], rec["request"], rec["status"], rec["chunk_ns"], rec["chunk_tokens"], strict=True
+    ):
         t = by_rid.get(f"{run_id}-{req}")
         if status != "ok" or t is None:
             continue
@@ -58,5 +59,5 @@ def timing_error(records: pa.Table, truth_path: Path) -> TimingError:
         first.append(seen[0] - wrote[0])
         token.append(seen - wrote)
         itl.append(np.diff(seen) - np.diff(wrote))
-    cat = (lambda xs: np.concatenate(xs) / 1e6 if xs else np.empty(0))  # noqa: E731
+    cat = lambda xs: np.concatenate(xs) / 1e6 if xs else np.empty(0)  # noqa: E731
     return TimingError(np.asarray(first) / 1e6, cat(token), cat(itl), matched, mismatched)

@@ -100,17 +100,25 @@ class SweepPlan:
         if self.mode != "auto":
             labels = ", ".join(str(a.rate) if a.rate is not None else str(a.concurrency) for a in self.arrivals)
             unit = "req/s" if self.mode == "rates" else "concurrent users"
-            return (f"{len(self.arrivals)} points ({labels} {unit}); each {per}; "
-                    f"{send:.0f} s of sending, at most {bound:.0f} s")
+            return (
+                f"{len(self.arrivals)} points ({labels} {unit}); each {per}; "
+                f"{send:.0f} s of sending, at most {bound:.0f} s"
+            )
         a = self.auto
-        parts = [f"ramp from {a.start_rate:g} req/s x{a.factor:g} until saturation "
-                 f"(<= {a.max_ramp_points} points, <= {a.max_rate:g} req/s)",
-                 f"{len(a.spread)} points at {', '.join(f'{f:.0%}' for f in a.spread)} of the capacity found"]
+        parts = [
+            f"ramp from {a.start_rate:g} req/s x{a.factor:g} until saturation "
+            f"(<= {a.max_ramp_points} points, <= {a.max_rate:g} req/s)",
+            f"{len(a.spread)} points at {', '.join(f'{f:.0%}' for f in a.spread)} of the capacity found",
+        ]
         if self.has_slo:
-            parts.append(f"<= {a.max_bisect} bisection points for capacity at {a.target_pct:g}% SLO attainment "
-                         f"(each up to {a.max_stretch:g}x longer to confirm)")
-        return (f"auto search: {'; '.join(parts)}; each point {per}; at most {self.max_points()} points, "
-                f"typically ~{send * 0.8:.0f} s, at most {bound:.0f} s")
+            parts.append(
+                f"<= {a.max_bisect} bisection points for capacity at {a.target_pct:g}% SLO attainment "
+                f"(each up to {a.max_stretch:g}x longer to confirm)"
+            )
+        return (
+            f"auto search: {'; '.join(parts)}; each point {per}; at most {self.max_points()} points, "
+            f"typically ~{send * 0.8:.0f} s, at most {bound:.0f} s"
+        )
 
 
 def parse_list(text: str, what: str, integer: bool = False) -> list[float]:

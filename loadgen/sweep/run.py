@@ -96,23 +96,37 @@ def _steps(settings: SweepSettings, history: list[tuple[Step, Observation]]) -> 
     if plan.mode != "auto":
         fixed = plan.fixed_steps()
         return fixed[len(history)] if len(history) < len(fixed) else None
-    return next_step(plan.auto, history, point_duration_s=plan.point_duration_s, has_slo=plan.has_slo,
-                     kind=plan.kind, cv=plan.cv)
+    return next_step(
+        plan.auto, history, point_duration_s=plan.point_duration_s, has_slo=plan.has_slo, kind=plan.kind, cv=plan.cv
+    )
 
 
 def _point_settings(settings: SweepSettings, step: Step, k: int) -> RunSettings:
     plan = settings.plan
-    return replace(settings.base, arrival=step.arrival, duration_s=plan.warmup_s + step.duration_s,
-                   requests=None, warmup_s=plan.warmup_s, cooldown_s=0.0, drain_s=plan.drain_s, point=k)
+    return replace(
+        settings.base,
+        arrival=step.arrival,
+        duration_s=plan.warmup_s + step.duration_s,
+        requests=None,
+        warmup_s=plan.warmup_s,
+        cooldown_s=0.0,
+        drain_s=plan.drain_s,
+        point=k,
+    )
 
 
-def _meta(settings: SweepSettings, workload: Workload, url: str, is_sim: bool, model: str, run_id: str,
-          sim_flags: list[str]) -> dict[str, Any]:
+def _meta(
+    settings: SweepSettings, workload: Workload, url: str, is_sim: bool, model: str, run_id: str, sim_flags: list[str]
+) -> dict[str, Any]:
     plan = settings.plan
-    base = settings_json(replace(settings.base, duration_s=plan.point_duration_s, warmup_s=plan.warmup_s,
-                                 drain_s=plan.drain_s))
-    base["arrival"] = {"kind": plan.kind if plan.mode != "concurrency" else "closed", "cv": plan.cv,
-                       "label": f"sweep ({plan.mode}; see points)"}
+    base = settings_json(
+        replace(settings.base, duration_s=plan.point_duration_s, warmup_s=plan.warmup_s, drain_s=plan.drain_s)
+    )
+    base["arrival"] = {
+        "kind": plan.kind if plan.mode != "concurrency" else "closed",
+        "cv": plan.cv,
+        "label": f"sweep ({plan.mode}; see points)",
+    }
     return {
         "run_id": run_id,
         "tool": {"name": "loadgen", "version": __version__},
@@ -158,8 +172,10 @@ def run_sweep(
     """
     probe = make_workload(point_salt(settings, 0))
     if probe.offsets_ns() is not None:
-        raise ConfigError("a trace workload fixes its own arrival times, so it cannot be swept; "
-                          "use loadgen run (with the trace's time scaling) instead")
+        raise ConfigError(
+            "a trace workload fixes its own arrival times, so it cannot be swept; "
+            "use loadgen run (with the trace's time scaling) instead"
+        )
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("records*.arrows")) or (out / "records.parquet").exists():
         raise ConfigError(f"--out {out}: already holds records; choose an empty folder")
@@ -175,8 +191,18 @@ def run_sweep(
             with scraping_server_metrics(settings.base, url, out, meta):
                 while (step := _steps(settings, history)) is not None:
                     k = len(history)
-                    point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), url, model, out,
-                                       run_id, api_key, on_engine)
+                    point = _run_point(
+                        settings,
+                        step,
+                        k,
+                        make_workload(point_salt(settings, k)),
+                        url,
+                        model,
+                        out,
+                        run_id,
+                        api_key,
+                        on_engine,
+                    )
                     history.append((step, point.observation))
                     result.points.append(point)
                     meta["points"].append(_point_json(settings, step, k, point))
@@ -197,9 +223,18 @@ def run_sweep(
     return result
 
 
-def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, url: str, model: str,
-               out: Path, run_id: str, api_key: str | None,
-               on_engine: Callable[[Engine], None] | None) -> PointResult:
+def _run_point(
+    settings: SweepSettings,
+    step: Step,
+    k: int,
+    workload: Workload,
+    url: str,
+    model: str,
+    out: Path,
+    run_id: str,
+    api_key: str | None,
+    on_engine: Callable[[Engine], None] | None,
+) -> PointResult:
     ps = _point_settings(settings, step, k)
     stem = f"records-p{k:03d}"
     client = run_point(ps, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine, stem=stem)

@@ -153,9 +153,18 @@ class Step:
         return float(self.arrival.rate) if self.arrival.rate is not None else math.nan
 
     def to_json(self) -> dict[str, Any]:
-        return {"phase": self.phase, "why": self.why, "duration_s": self.duration_s,
-                "arrival": {"kind": self.arrival.kind, "rate": self.arrival.rate, "cv": self.arrival.cv,
-                            "concurrency": self.arrival.concurrency, "label": str(self.arrival)}}
+        return {
+            "phase": self.phase,
+            "why": self.why,
+            "duration_s": self.duration_s,
+            "arrival": {
+                "kind": self.arrival.kind,
+                "rate": self.arrival.rate,
+                "cv": self.arrival.cv,
+                "concurrency": self.arrival.concurrency,
+                "label": str(self.arrival),
+            },
+        }
 
 
 # --------------------------------------------------------------------------- saturation
@@ -165,15 +174,16 @@ def saturation_reason(prev: Observation | None, cur: Observation, cfg: AutoSearc
     """Why ``cur`` is past saturation, or None while throughput still follows the load."""
     ratio = cur.keep_up_ratio
     if ratio == ratio and ratio < cfg.keep_up:
-        return (f"delivered {ratio:.0%} of the offered load at {cur.rate:g} req/s "
-                f"(TTFT p50 {cur.ttft_p50_ms:.0f} ms)")
+        return f"delivered {ratio:.0%} of the offered load at {cur.rate:g} req/s (TTFT p50 {cur.ttft_p50_ms:.0f} ms)"
     if cur.failed_pct >= 10:
         return f"{cur.failed_pct:.0f}% of requests failed at {cur.rate:g} req/s (rejecting load)"
     if prev is not None and cur.rate >= 1.5 * prev.rate and prev.output_tps > 0:
         gain = cur.output_tps / prev.output_tps - 1
         if gain < cfg.min_gain and cur.ttft_p50_ms > prev.ttft_p50_ms:
-            return (f"output tok/s rose only {gain:+.0%} from {prev.rate:g} to {cur.rate:g} req/s "
-                    f"while TTFT p50 climbed {prev.ttft_p50_ms:.0f} -> {cur.ttft_p50_ms:.0f} ms")
+            return (
+                f"output tok/s rose only {gain:+.0%} from {prev.rate:g} to {cur.rate:g} req/s "
+                f"while TTFT p50 climbed {prev.ttft_p50_ms:.0f} -> {cur.ttft_p50_ms:.0f} ms"
+            )
     return None
 
 
@@ -217,8 +227,15 @@ def _round_rate(rate: float) -> float:
     return float(f"{rate:.3g}")
 
 
-def next_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], *, point_duration_s: float,
-              has_slo: bool, kind: str = "poisson", cv: float | None = None) -> Step | None:
+def next_step(
+    cfg: AutoSearch,
+    history: list[tuple[Step, Observation]],
+    *,
+    point_duration_s: float,
+    has_slo: bool,
+    kind: str = "poisson",
+    cv: float | None = None,
+) -> Step | None:
     """The next load point of the automatic search, or None when it is done."""
     ramp = [(s, o) for s, o in history if s.phase == "ramp"]
     sat = _saturation(history, cfg)
@@ -226,8 +243,12 @@ def next_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], *, point
         last = ramp[-1][1]
         nxt = last.rate * cfg.factor
         if not last.client_limited and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
-            return Step(_open(nxt, kind, cv), "ramp", f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s",
-                        point_duration_s)
+            return Step(
+                _open(nxt, kind, cv),
+                "ramp",
+                f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s",
+                point_duration_s,
+            )
     elif not ramp:
         return Step(_open(cfg.start_rate, kind, cv), "ramp", "light load", point_duration_s)
     rates = [o.rate for _, o in history]
@@ -236,8 +257,9 @@ def next_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], *, point
         for f in sorted(cfg.spread):
             r = _round_rate(f * cap)
             if r > 0 and not _near(r, rates):
-                return Step(_open(r, kind, cv), "spread", f"{f:.0%} of the capacity found ({cap:.3g} req/s)",
-                            point_duration_s)
+                return Step(
+                    _open(r, kind, cv), "spread", f"{f:.0%} of the capacity found ({cap:.3g} req/s)", point_duration_s
+                )
     if has_slo:
         return _bisect_step(cfg, history, point_duration_s, kind, cv)
     return None
@@ -253,15 +275,18 @@ def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]]) -> str:
         return "no ramp point was measured"
     last = ramp[-1]
     if last.client_limited:
-        return (f"stopped at {last.rate:g} req/s: the client fell behind its schedule "
-                f"(lag p99 {last.lag_p99_ms:.1f} ms); the endpoint was not saturated by then")
+        return (
+            f"stopped at {last.rate:g} req/s: the client fell behind its schedule "
+            f"(lag p99 {last.lag_p99_ms:.1f} ms); the endpoint was not saturated by then"
+        )
     if len(ramp) >= cfg.max_ramp:
         return f"stopped after {len(ramp)} ramp points without saturating (raise max_ramp)"
     return f"reached --max-rate {cfg.max_rate:g} req/s without saturating the endpoint"
 
 
-def _bisect_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], point_duration_s: float,
-                 kind: str, cv: float | None) -> Step | None:
+def _bisect_step(
+    cfg: AutoSearch, history: list[tuple[Step, Observation]], point_duration_s: float, kind: str, cv: float | None
+) -> Step | None:
     if sum(1 for s, _ in history if s.phase == "bisect") >= cfg.max_bisect:
         return None
     target = cfg.target_pct / 100.0

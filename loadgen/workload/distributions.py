@@ -162,8 +162,7 @@ class LogNormal(Distribution):
         return math.exp(self.mu + self.sigma * self.sigma / 2)
 
     def _params(self) -> dict[str, Any]:
-        return {"type": "lognormal", "median": math.exp(self.mu), "mean": self.mean(),
-                "sigma": self.sigma}
+        return {"type": "lognormal", "median": math.exp(self.mu), "mean": self.mean(), "sigma": self.sigma}
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,8 +179,7 @@ class Empirical(Distribution):
         return float(self.values.mean())
 
     def _params(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"type": "empirical", "count": int(len(self.values)),
-                             "mean": self.mean()}
+        d: dict[str, Any] = {"type": "empirical", "count": int(len(self.values)), "mean": self.mean()}
         if self.source:
             d["file"] = self.source
         else:
@@ -272,8 +270,10 @@ def _parse_empirical(f: Fields, kw: dict[str, Any]) -> Empirical:
     if path is not None:
         arr = read_numbers(path)
     else:
-        if not isinstance(values, list) or not values or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         ):
             raise f.error("values", "must be a non-empty list of numbers")
         arr = np.asarray(values, dtype=np.float64)

@@ -17,7 +17,6 @@ other text pieces are ``prompt_text``'s, importable from here.
 
 from __future__ import annotations
 
-import importlib.resources
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loadgen.errors import ConfigError, LoadgenError, SpecError
-from loadgen.specfile import builtin_dir, Fields, apply_overrides, load_yaml
+from loadgen.specfile import Fields, apply_overrides, builtin_dir, load_yaml
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import PREFIX_TOKENS, Memo, TextSource, rng, str_key
 from loadgen.workload.tokenizer import BUILTIN, WORDS, Tokenizer, get_tokenizer
@@ -130,8 +129,7 @@ def with_prefix(s: Session, text: str, n: int) -> Session:
     if not text:
         return s
     turns = tuple(
-        replace(t, prompt_tokens=t.prompt_tokens + n,
-                children=tuple(with_prefix(c, text, n) for c in t.children))
+        replace(t, prompt_tokens=t.prompt_tokens + n, children=tuple(with_prefix(c, text, n) for c in t.children))
         for t in s.turns
     )
     if s.system:
@@ -142,8 +140,7 @@ def with_prefix(s: Session, text: str, n: int) -> Session:
 
 def renumber(s: Session, i: int) -> Session:
     """``s`` and its children labelled session ``i`` (children carry their parent's id)."""
-    turns = tuple(replace(t, children=tuple(renumber(c, i) for c in t.children)) if t.children else t
-                  for t in s.turns)
+    turns = tuple(replace(t, children=tuple(renumber(c, i) for c in t.children)) if t.children else t for t in s.turns)
     return replace(s, session=i, turns=turns)
 
 
@@ -182,8 +179,15 @@ class Base:
         return None
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "spec": self.source, "seed": self.seed,
-                "salt": self.text.salt, **self.text.describe(), **self._describe()}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "spec": self.source,
+            "seed": self.seed,
+            "salt": self.text.salt,
+            **self.text.describe(),
+            **self._describe(),
+        }
 
     def _describe(self) -> dict[str, Any]:
         return {}
@@ -217,9 +221,10 @@ def find_spec(name_or_path: str) -> Path:
 KINDS = ("chat", "rag", "agentic", "trace")
 
 # ``loadgen run --input-tokens/--output-tokens`` with a spec: fixed lengths.
-_ALIASES = {"input_tokens": {"chat": "input"},
-            "output_tokens": {"chat": "output", "rag": "output", "agentic": "output",
-                              "trace": "output_tokens"}}
+_ALIASES = {
+    "input_tokens": {"chat": "input"},
+    "output_tokens": {"chat": "output", "rag": "output", "agentic": "output", "trace": "output_tokens"},
+}
 
 
 def _resolve_aliases(kind: str, overrides: dict[str, Any], file: str) -> dict[str, Any]:

@@ -55,12 +55,16 @@ def grow(
         prompt = ctx + n
         if k and max_context is not None and prompt + out > max_context:
             break
-        turns.append(Turn(
-            text=ts.words(n, text_rng(k)), max_tokens=out, prompt_tokens=prompt,
-            think_ns=round(float(thinks[k]) * 1e9) if k else 0,
-            role=later_role if k else "user",
-            children=children(k) if children and k else (),
-        ))
+        turns.append(
+            Turn(
+                text=ts.words(n, text_rng(k)),
+                max_tokens=out,
+                prompt_tokens=prompt,
+                think_ns=round(float(thinks[k]) * 1e9) if k else 0,
+                role=later_role if k else "user",
+                children=children(k) if children and k else (),
+            )
+        )
         ctx = prompt + out
     return tuple(turns)
 
@@ -81,14 +85,24 @@ class ChatWorkload(Base):
         g = rng(self.seed, _TAG_LEN, j)
         n = self.turns.one(g)
         lens, outs, thinks = self.input.sample(g, n), self.output.sample(g, n), self.think.sample(g, n)
-        turns = grow(self.text, lambda k: rng(self.seed, _TAG_TEXT, j, k), base=self.system_tokens,
-                     lens=lens, outs=outs, thinks=thinks)
+        turns = grow(
+            self.text,
+            lambda k: rng(self.seed, _TAG_TEXT, j, k),
+            base=self.system_tokens,
+            lens=lens,
+            outs=outs,
+            thinks=thinks,
+        )
         return Session(session=j, turns=turns, system=self.system)
 
     def _describe(self) -> dict[str, Any]:
-        return {"system_tokens": self.system_tokens, "turns": self.turns.describe(),
-                "input": self.input.describe(), "output": self.output.describe(),
-                "think_s": self.think.describe()}
+        return {
+            "system_tokens": self.system_tokens,
+            "turns": self.turns.describe(),
+            "input": self.input.describe(),
+            "output": self.output.describe(),
+            "think_s": self.think.describe(),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,8 +171,7 @@ class RagWorkload(Base):
         q, out = self.question.one(g), self.output.one(g)
         text = "".join(self.doc_text(d) for d in docs) + self.text.words(q, rng(self.seed, _TAG_TEXT, j, 0))
         prompt = self.system_tokens + int(self.doc_lengths[docs].sum()) + q
-        return Session(session=j, turns=(Turn(text=text, max_tokens=out, prompt_tokens=prompt),),
-                       system=self.system)
+        return Session(session=j, turns=(Turn(text=text, max_tokens=out, prompt_tokens=prompt),), system=self.system)
 
     @cached_property
     def reuse(self) -> dict[str, Any]:
@@ -179,16 +192,27 @@ class RagWorkload(Base):
                     break
             seen.update(docs)
             prefixes.update(tuple(docs[:m]) for m in range(1, len(docs) + 1))
-        return {"requests": _REUSE_HORIZON, "doc_tokens_seen_before": again / total,
-                "doc_tokens_in_cached_prefix": prefix / total}
+        return {
+            "requests": _REUSE_HORIZON,
+            "doc_tokens_seen_before": again / total,
+            "doc_tokens_in_cached_prefix": prefix / total,
+        }
 
     def _describe(self) -> dict[str, Any]:
-        return {"system_tokens": self.system_tokens,
-                "documents": {"count": self.doc_count, "tokens": self.doc_tokens.describe(),
-                              "mean_tokens": float(self.doc_lengths.mean())},
-                "k": self.k, "zipf_alpha": self.zipf_alpha, "order": self.order,
-                "question": self.question.describe(), "output": self.output.describe(),
-                "reuse": self.reuse}
+        return {
+            "system_tokens": self.system_tokens,
+            "documents": {
+                "count": self.doc_count,
+                "tokens": self.doc_tokens.describe(),
+                "mean_tokens": float(self.doc_lengths.mean()),
+            },
+            "k": self.k,
+            "zipf_alpha": self.zipf_alpha,
+            "order": self.order,
+            "question": self.question.describe(),
+            "output": self.output.describe(),
+            "reuse": self.reuse,
+        }
 
 
 @dataclass(frozen=True)
@@ -205,10 +229,15 @@ class AgentProfile:
     max_context: int | None
 
     def describe(self) -> dict[str, Any]:
-        return {"system_tokens": self.system_tokens, "first": self.first.describe(),
-                "turns": self.turns.describe(), "tool_result": self.tool_result.describe(),
-                "output": self.output.describe(), "think_s": self.think.describe(),
-                "max_context": self.max_context}
+        return {
+            "system_tokens": self.system_tokens,
+            "first": self.first.describe(),
+            "turns": self.turns.describe(),
+            "tool_result": self.tool_result.describe(),
+            "output": self.output.describe(),
+            "think_s": self.think.describe(),
+            "max_context": self.max_context,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,17 +256,26 @@ class AgenticWorkload(Base):
     sub_probability: float = 0.0
     sub_count: Distribution = Fixed(value=1)
 
-    def _agent(self, p: AgentProfile, key: tuple[int, ...], child: bool,
-               children: Callable[[int], tuple[Session, ...]] | None) -> tuple[Turn, ...]:
+    def _agent(
+        self, p: AgentProfile, key: tuple[int, ...], child: bool, children: Callable[[int], tuple[Session, ...]] | None
+    ) -> tuple[Turn, ...]:
         tag_len, tag_text = (_TAG_CHILD_LEN, _TAG_CHILD_TEXT) if child else (_TAG_LEN, _TAG_TEXT)
         g = rng(self.seed, tag_len, *key)
         n = p.turns.one(g)
         lens = p.tool_result.sample(g, n)
         lens[0] = p.first.one(g)
         outs, thinks = p.output.sample(g, n), p.think.sample(g, n)
-        return grow(self.text, lambda k: rng(self.seed, tag_text, *key, k), base=p.system_tokens,
-                    lens=lens, outs=outs, thinks=thinks, later_role="tool", children=children,
-                    max_context=p.max_context)
+        return grow(
+            self.text,
+            lambda k: rng(self.seed, tag_text, *key, k),
+            base=p.system_tokens,
+            lens=lens,
+            outs=outs,
+            thinks=thinks,
+            later_role="tool",
+            children=children,
+            max_context=p.max_context,
+        )
 
     def _children(self, j: int, k: int) -> tuple[Session, ...]:
         sub = self.sub
@@ -258,8 +296,11 @@ class AgenticWorkload(Base):
     def _describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"agent": self.agent.describe()}
         if self.sub is not None:
-            d["subagents"] = {"probability": self.sub_probability, "count": self.sub_count.describe(),
-                              **self.sub.describe()}
+            d["subagents"] = {
+                "probability": self.sub_probability,
+                "count": self.sub_count.describe(),
+                **self.sub.describe(),
+            }
         return d
 
 
@@ -291,9 +332,12 @@ def _profile(f: Fields, ts: TextSource, seed: int, tag: int, parent: AgentProfil
 
     system, system_tokens = _system(f, "system", ts, seed, tag)
     return AgentProfile(
-        system=system, system_tokens=system_tokens,
-        first=dist("first", None), turns=dist("turns", None),
-        tool_result=dist("tool_result", None), output=dist("output", None),
+        system=system,
+        system_tokens=system_tokens,
+        first=dist("first", None),
+        turns=dist("turns", None),
+        tool_result=dist("tool_result", None),
+        output=dist("output", None),
         think=dist("think", Fixed(value=0.0, integer=False), integer=False),
         max_context=f.number("max_context", parent.max_context if parent else None, integer=True, ge=1),
     )
@@ -304,9 +348,12 @@ def build_synthetic(kind: str, f: Fields, common: dict[str, Any]) -> Base:
     if kind == "chat":
         system, system_tokens = _system(f, "system", ts, seed, _TAG_SYSTEM)
         return ChatWorkload(
-            **common, system=system, system_tokens=system_tokens,
+            **common,
+            system=system,
+            system_tokens=system_tokens,
             turns=parse_distribution(f, "turns", default=Fixed(value=1)),
-            input=parse_distribution(f, "input"), output=parse_distribution(f, "output"),
+            input=parse_distribution(f, "input"),
+            output=parse_distribution(f, "output"),
             think=parse_distribution(f, "think", integer=False, default=Fixed(value=0.0, integer=False)),
         )
     if kind == "rag":
@@ -319,10 +366,16 @@ def build_synthetic(kind: str, f: Fields, common: dict[str, Any]) -> Base:
         if k > count:
             raise f.error("k", f"must be <= documents.count ({count})")
         return RagWorkload(
-            **common, system=system, system_tokens=system_tokens, doc_count=count,
-            doc_tokens=doc_tokens, k=k, zipf_alpha=float(f.number("zipf_alpha", 1.0, ge=0)),
+            **common,
+            system=system,
+            system_tokens=system_tokens,
+            doc_count=count,
+            doc_tokens=doc_tokens,
+            k=k,
+            zipf_alpha=float(f.number("zipf_alpha", 1.0, ge=0)),
             order=f.string("order", "sampled", choices=("sampled", "sorted")),
-            question=parse_distribution(f, "question"), output=parse_distribution(f, "output"),
+            question=parse_distribution(f, "question"),
+            output=parse_distribution(f, "output"),
         )
     agent = _profile(f, ts, seed, _TAG_SYSTEM, None)
     s = f.sub("subagents", None)

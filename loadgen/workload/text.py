@@ -70,6 +70,7 @@ class Memo:
     def __reduce__(self) -> tuple[Any, ...]:
         return (Memo, (self.maxsize,))
 
+
 _TAG_SALT = 0x5A17
 _TAG_CYCLE = 0xC1C1E
 

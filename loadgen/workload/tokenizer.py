@@ -26,7 +26,7 @@ __all__ = ["Tokenizer", "BuiltinTokenizer", "HFTokenizer", "BUILTIN", "WORDS", "
 # Common words that are one token with a leading space in GPT-2/Llama-3/Qwen BPEs.
 WORDS: tuple[str, ...] = tuple(
     dict.fromkeys(
-    """the of and to in is that for it as was with be by on not he this are or his from at
+        """the of and to in is that for it as was with be by on not he this are or his from at
     which but have an they you were her she there one all we their been has would more if
     when will no so can who its about into them some could him than other time then these
     two may only new do any my first now such like our over man also me even most made
@@ -195,7 +195,7 @@ class HFTokenizer:
             if c == n:
                 return text
             if c > n:
-                del chosen[max(1, len(chosen) - (c - n)):]
+                del chosen[max(1, len(chosen) - (c - n)) :]
             else:
                 chosen.extend(pieces[i] for i in rng.integers(0, len(pieces), size=n - c).tolist())
         raise LoadgenError(f"{self.path}: could not build text of exactly {n} tokens")

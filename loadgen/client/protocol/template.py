@@ -134,7 +134,11 @@ def run_bodies(payloads: list[bytes], i: int, tpl: Payload) -> tuple[int, list[b
     while j > i and not (payloads[j - 1].startswith(pre) and payloads[j - 1].endswith(suf)):
         j -= 1
     run = payloads[i:j]
-    if (len(run) < BULK or not all(map(bytes.startswith, run, repeat(pre)))
-            or not all(map(bytes.endswith, run, repeat(suf))) or min(map(len, run)) < lo + hi):
+    if (
+        len(run) < BULK
+        or not all(map(bytes.startswith, run, repeat(pre)))
+        or not all(map(bytes.endswith, run, repeat(suf)))
+        or min(map(len, run)) < lo + hi
+    ):
         return None
     return j, list(map(getitem, run, repeat(slice(lo, -hi))))

@@ -86,17 +86,19 @@ def _parse(reqs: Any, where: str, name: str, scope: int, block: int, path: tuple
         ids = r.get("hash_ids", [])
         if not isinstance(ids, list):
             raise SpecError(f"{at}: hash_ids: must be a list of whole numbers")
-        out.append(AgentRequest(
-            inp=_int(r.get("in"), at, "in"), out=_int(r.get("out"), at, "out"),
-            think_s=_num(r.get("think_time", 0.0), at, "think_time"),
-            hash_ids=np.asarray([_int(h, at, "hash_ids") for h in ids], dtype=np.int64),
-            children=tuple(pending),
-        ))
+        out.append(
+            AgentRequest(
+                inp=_int(r.get("in"), at, "in"),
+                out=_int(r.get("out"), at, "out"),
+                think_s=_num(r.get("think_time", 0.0), at, "think_time"),
+                hash_ids=np.asarray([_int(h, at, "hash_ids") for h in ids], dtype=np.int64),
+                children=tuple(pending),
+            )
+        )
         pending = []
     if not out:
         raise SpecError(f"{where}: requests: no request in this agent")
-    return AgentTrace(name=name, scope=scope, block=block, path=path, requests=tuple(out),
-                      dropped=len(pending))
+    return AgentTrace(name=name, scope=scope, block=block, path=path, requests=tuple(out), dropped=len(pending))
 
 
 def _objects(path: Path) -> list[tuple[str, Any]]:
@@ -195,9 +197,16 @@ class AgenticTrace(Base):
                 text = self.text.words(n, fill)
             think = r.think_s if self.max_think_s is None else min(r.think_s, self.max_think_s)
             children = tuple(Session(session=j, turns=self._turns(c, j)) for c in r.children)
-            turns.append(Turn(text=text, max_tokens=plan.outs[k], prompt_tokens=plan.prompts[k],
-                              think_ns=round(think / self.speed * 1e9) if k else 0,
-                              role="tool" if k else "user", children=children))
+            turns.append(
+                Turn(
+                    text=text,
+                    max_tokens=plan.outs[k],
+                    prompt_tokens=plan.prompts[k],
+                    think_ns=round(think / self.speed * 1e9) if k else 0,
+                    role="tool" if k else "user",
+                    children=children,
+                )
+            )
         return tuple(turns)
 
     def _build(self, j: int) -> Session:
@@ -216,12 +225,24 @@ class AgenticTrace(Base):
             dropped += a.dropped
             cut += len(a.requests) - len(plan.lens)
             stack.extend(c for r in a.requests[: len(plan.lens)] for c in r.children)
-        return {"sessions": len(self.traces), "subagents": agents - len(self.traces),
-                "requests": requests, "context_shrinks": shrinks, "cut_by_max_context": cut,
-                "dropped_trailing_subagents": dropped}
+        return {
+            "sessions": len(self.traces),
+            "subagents": agents - len(self.traces),
+            "requests": requests,
+            "context_shrinks": shrinks,
+            "cut_by_max_context": cut,
+            "dropped_trailing_subagents": dropped,
+        }
 
     def _describe(self) -> dict[str, Any]:
-        return {"format": self.format, "path": self.path, "speed": self.speed,
-                "max_think_s": self.max_think_s, "max_context": self.max_context,
-                "output_tokens": self.output_tokens, "max_output": self.max_output,
-                "block_tokens": sorted({t.block for t in self.traces}), **self.stats}
+        return {
+            "format": self.format,
+            "path": self.path,
+            "speed": self.speed,
+            "max_think_s": self.max_think_s,
+            "max_context": self.max_context,
+            "output_tokens": self.output_tokens,
+            "max_output": self.max_output,
+            "block_tokens": sorted({t.block for t in self.traces}),
+            **self.stats,
+        }

@@ -44,8 +44,18 @@ from loadgen.workload.load import Base
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import Memo, TextSource, rng
 
-__all__ = ["FORMATS", "Requests", "Blocks", "read_mooncake", "read_azure", "read_burstgpt",
-           "select", "RequestTrace", "build_trace", "gap_stats"]
+__all__ = [
+    "FORMATS",
+    "Requests",
+    "Blocks",
+    "read_mooncake",
+    "read_azure",
+    "read_burstgpt",
+    "select",
+    "RequestTrace",
+    "build_trace",
+    "gap_stats",
+]
 
 FORMATS = ("mooncake", "azure", "burstgpt", "sharegpt", "agentic")
 TIMED = ("mooncake", "azure", "burstgpt")
@@ -94,7 +104,7 @@ class Requests:
     def hash_ids(self, r: int) -> np.ndarray | None:
         if self.hash_flat is None or self.hash_off is None:
             return None
-        return self.hash_flat[self.hash_off[r]: self.hash_off[r + 1]]
+        return self.hash_flat[self.hash_off[r] : self.hash_off[r + 1]]
 
 
 def read_mooncake(path: Path) -> Requests:
@@ -119,8 +129,13 @@ def read_mooncake(path: Path) -> Requests:
         off.append(len(flat))
     if not t:
         raise SpecError(f"{path}: no requests in the trace")
-    return Requests(np.asarray(t), np.asarray(inp, np.int64), np.asarray(out, np.int64),
-                    np.asarray(flat, np.int64), np.asarray(off, np.int64))
+    return Requests(
+        np.asarray(t),
+        np.asarray(inp, np.int64),
+        np.asarray(out, np.int64),
+        np.asarray(flat, np.int64),
+        np.asarray(off, np.int64),
+    )
 
 
 def _csv_rows(path: Path, need: dict[str, str], opt: dict[str, str]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -174,8 +189,9 @@ def read_azure(path: Path) -> Requests:
     return _table(path, t, inp, out)
 
 
-def read_burstgpt(path: Path, models: tuple[str, ...] | None = None,
-                  log_types: tuple[str, ...] | None = None) -> Requests:
+def read_burstgpt(
+    path: Path, models: tuple[str, ...] | None = None, log_types: tuple[str, ...] | None = None
+) -> Requests:
     need = {"t": "Timestamp", "in": "Request tokens", "out": "Response tokens"}
     opt = {"model": "Model", "log": "Log Type"}
     t, inp, out = [], [], []
@@ -215,8 +231,7 @@ def gap_stats(offsets_ns: np.ndarray) -> dict[str, Any]:
     dur = float(offsets_ns[-1] - offsets_ns[0]) / 1e9 if n else 0.0
     gaps = np.diff(offsets_ns) / 1e9
     cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else None
-    return {"requests": n, "duration_s": dur, "rate_per_s": (n - 1) / dur if dur > 0 else None,
-            "gap_cv": cv}
+    return {"requests": n, "duration_s": dur, "rate_per_s": (n - 1) / dur if dur > 0 else None, "gap_cv": cv}
 
 
 # -- text from hash blocks ---------------------------------------------------------------
@@ -233,8 +248,9 @@ class Blocks:
     def _block(self, scope: int, hid: int, m: int) -> str:
         return self._memo.get((scope, hid, m), lambda: self.ts.words(m, rng(self.seed, _TAG_BLOCK, scope, hid, m)))
 
-    def text(self, scope: int, ids: np.ndarray | tuple[int, ...], n: int, block: int,
-             fill: Callable[[], np.random.Generator]) -> str:
+    def text(
+        self, scope: int, ids: np.ndarray | tuple[int, ...], n: int, block: int, fill: Callable[[], np.random.Generator]
+    ) -> str:
         """``n`` tokens: whole blocks, a partial last block (its own text, keyed by its
         size), then unique filler if the ids cover fewer than ``n`` tokens."""
         full = min(len(ids), n // block)
@@ -309,16 +325,28 @@ class RequestTrace(Base):
             again += sum(hits)
             prefix += next((i for i, hit in enumerate(hits) if not hit), len(hits))
             seen.update(ids)
-        return {"requests": min(len(self.idx), _REUSE_CAP), "blocks_seen_before": again / max(total, 1),
-                "blocks_in_cached_prefix": prefix / max(total, 1)}
+        return {
+            "requests": min(len(self.idx), _REUSE_CAP),
+            "blocks_seen_before": again / max(total, 1),
+            "blocks_in_cached_prefix": prefix / max(total, 1),
+        }
 
     def _describe(self) -> dict[str, Any]:
         inp, out = self.table.input[self.idx], self.table.output[self.idx]
-        d = {"format": self.format, "path": self.path, "rows": len(self.table.t_s),
-             "speed": self.speed, "start_s": self.start_s, "window_s": self.window_s,
-             "max_requests": self.max_requests, "output_tokens": self.output_tokens,
-             "max_output": self.max_output, "mean_input": float(inp.mean()),
-             "mean_output": float(out.mean()), "arrivals": gap_stats(self._offsets)}
+        d = {
+            "format": self.format,
+            "path": self.path,
+            "rows": len(self.table.t_s),
+            "speed": self.speed,
+            "start_s": self.start_s,
+            "window_s": self.window_s,
+            "max_requests": self.max_requests,
+            "output_tokens": self.output_tokens,
+            "max_output": self.max_output,
+            "mean_input": float(inp.mean()),
+            "mean_output": float(out.mean()),
+            "arrivals": gap_stats(self._offsets),
+        }
         if self.format == "mooncake":
             d["block_tokens"] = self.block_tokens
             d["reuse"] = self.reuse
@@ -373,8 +401,16 @@ def build_trace(f: Fields, common: dict[str, Any]) -> Base:
         idx = select(table.t_s, start, window, opts["max_requests"])
         if not len(idx):
             raise f.error("start", f"no request of {path} lies in the chosen start/window")
-        return RequestTrace(**common, format=fmt, table=table, idx=idx, speed=speed, start_s=start,
-                            window_s=None if window is None else float(window), **opts)
+        return RequestTrace(
+            **common,
+            format=fmt,
+            table=table,
+            idx=idx,
+            speed=speed,
+            start_s=start,
+            window_s=None if window is None else float(window),
+            **opts,
+        )
     if fmt == "sharegpt":
         from loadgen.workload.traces.sharegpt import ShareGPTTrace, read_sharegpt
 
@@ -384,16 +420,25 @@ def build_trace(f: Fields, common: dict[str, Any]) -> Base:
         if opts["max_requests"]:
             convs = convs[: opts["max_requests"]]
         del opts["max_requests"]
-        return ShareGPTTrace(**common, convs=tuple(convs), skipped=skipped,
-                             max_turns=f.number("max_turns", None, integer=True, ge=1),
-                             think=parse_distribution(f, "think", integer=False,
-                                                      default=Fixed(value=0.0, integer=False)), **opts)
+        return ShareGPTTrace(
+            **common,
+            convs=tuple(convs),
+            skipped=skipped,
+            max_turns=f.number("max_turns", None, integer=True, ge=1),
+            think=parse_distribution(f, "think", integer=False, default=Fixed(value=0.0, integer=False)),
+            **opts,
+        )
     from loadgen.workload.traces.agentic import AgenticTrace, read_agentic
 
     traces = read_agentic(path, f.number("block_tokens", None, integer=True, ge=1))
     if opts["max_requests"]:
         traces = traces[: opts["max_requests"]]
     del opts["max_requests"]
-    return AgenticTrace(**common, traces=tuple(traces), speed=float(f.number("speed", 1.0, gt=0)),
-                        max_think_s=f.number("max_think", None, ge=0),
-                        max_context=f.number("max_context", None, integer=True, ge=1), **opts)
+    return AgenticTrace(
+        **common,
+        traces=tuple(traces),
+        speed=float(f.number("speed", 1.0, gt=0)),
+        max_think_s=f.number("max_think", None, ge=0),
+        max_context=f.number("max_context", None, integer=True, ge=1),
+        **opts,
+    )

@@ -118,13 +118,23 @@ class ShareGPTTrace(Base):
             if self.max_output:
                 out = min(out, self.max_output)
             prompt = ctx + self.text.count(human)
-            turns.append(Turn(text=human, max_tokens=out, prompt_tokens=prompt,
-                              think_ns=round(float(thinks[k]) * 1e9) if k else 0))
+            turns.append(
+                Turn(
+                    text=human, max_tokens=out, prompt_tokens=prompt, think_ns=round(float(thinks[k]) * 1e9) if k else 0
+                )
+            )
             ctx = prompt + out
         return Session(session=j, turns=tuple(turns), system=c.system)
 
     def _describe(self) -> dict[str, Any]:
-        return {"format": self.format, "path": self.path, "conversations": len(self.convs),
-                "skipped": self.skipped, "max_turns": self.max_turns, "max_output": self.max_output,
-                "output_tokens": self.output_tokens, "think_s": self.think.describe(),
-                "mean_turns": float(np.mean([len(c.pairs) for c in self.convs]))}
+        return {
+            "format": self.format,
+            "path": self.path,
+            "conversations": len(self.convs),
+            "skipped": self.skipped,
+            "max_turns": self.max_turns,
+            "max_output": self.max_output,
+            "output_tokens": self.output_tokens,
+            "think_s": self.think.describe(),
+            "mean_turns": float(np.mean([len(c.pairs) for c in self.convs])),
+        }
