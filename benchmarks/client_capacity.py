@@ -39,7 +39,7 @@ from loadgen import clock as aio
 from loadgen.client.config import EngineConfig, Plan
 from loadgen.client.engine import Engine
 from loadgen.records import RecordWriter, read_stream
-from loadgen.workload.load import SyntheticChat
+from loadgen.workload.base import SyntheticChat
 
 
 def _chunk(i: int) -> bytes:

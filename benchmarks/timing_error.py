@@ -13,11 +13,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from loadgen.client.run import RunSettings, execute
+from loadgen.client.run import execute
+from loadgen.client.settings import RunSettings
 from loadgen.records import read_records
 from loadgen.schedule import Arrival
 from loadgen.sim.truth import timing_error
-from loadgen.workload.load import SyntheticChat
+from loadgen.workload.base import SyntheticChat
 
 
 def main() -> None:

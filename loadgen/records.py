@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 from loadgen.errors import ConfigError
 
 __all__ = [
+    "SERVER_METRICS_NAME",
+    "load_server_metrics",
     "read_run_meta",
     "write_json",
     "SCHEMA",
@@ -89,6 +91,8 @@ SCHEMA = pa.schema(
         pa.field("output_text", pa.string()),  # kept only when asked (--keep-text); untrusted
     ]
 )
+
+SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
 
 
 @dataclass(slots=True)
@@ -243,3 +247,20 @@ def read_run_meta(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"{run_dir}: not a run folder (no run.json)")
     return orjson.loads(path.read_bytes())
+
+
+def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:
+    """The rows of ``run_dir/server_metrics.jsonl`` (error rows included), or None when there
+    is none. A torn last line (a crash mid-write) is skipped."""
+    path = Path(run_dir) / SERVER_METRICS_NAME
+    if not path.exists():
+        return None
+    rows = []
+    for line in path.read_bytes().splitlines():
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -12,14 +12,14 @@ import pytest
 
 from loadgen.analysis.compare import compare_runs, separated_winner
 from loadgen.analysis.metrics import SLO
-from loadgen.client.run import RunSettings
+from loadgen.client.settings import RunSettings
 from loadgen.errors import ConfigError
 from loadgen.report.compare import COMPARE_CHART_IDS, write_compare
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.run import SweepSettings, run_sweep
-from loadgen.workload.load import SyntheticChat
+from loadgen.workload.base import SyntheticChat
 
 INF = math.inf
 

@@ -16,7 +16,7 @@ from loadgen.sim.answer import SimConfig
 from loadgen.sim.model import FixedModel
 from loadgen.sim.process import start_sim
 from loadgen.sim.server import SimServer
-from loadgen.workload.load import SyntheticChat
+from loadgen.workload.base import SyntheticChat
 
 
 def _plan(offsets_ms: list[float], workload: SyntheticChat) -> Plan:

@@ -395,9 +395,10 @@ def thread_sim(ttft_ms: float, itl_ms: float) -> Iterator[str]:
 
 
 def _sim_run(url: str, out: Path) -> Path:
-    from loadgen.client.run import RunSettings, execute
+    from loadgen.client.run import execute
+    from loadgen.client.settings import RunSettings
     from loadgen.schedule import Arrival
-    from loadgen.workload.load import SyntheticChat
+    from loadgen.workload.base import SyntheticChat
 
     settings = RunSettings(
         endpoint=url, model="sim", arrival=Arrival("constant", rate=40.0), duration_s=None, requests=80, drain_s=10.0

@@ -22,11 +22,13 @@ from llamacpp import LlamaServer, have_xllamacpp, start_llamacpp
 from loadgen.cli.main import main as cli_main
 from loadgen.client.calibrate import calibrate
 from loadgen.client.prometheus import metrics_url
-from loadgen.client.run import RunSettings, execute
-from loadgen.client.scrape import FILE_NAME, ScraperThread, load_server_metrics
-from loadgen.records import read_records
+from loadgen.client.run import execute
+from loadgen.client.scrape import ScraperThread
+from loadgen.client.settings import RunSettings
+from loadgen.records import SERVER_METRICS_NAME, load_server_metrics, read_records
 from loadgen.schedule import Arrival
-from loadgen.workload.load import SyntheticChat, load_workload
+from loadgen.workload.base import SyntheticChat
+from loadgen.workload.load import load_workload
 
 pytestmark = pytest.mark.skipif(not have_xllamacpp(), reason="xllamacpp (the [test] extra) is not installed")
 
@@ -130,7 +132,7 @@ def test_run_completions_with_the_models_tokenizer_sends_exact_prompt_lengths(
 
 def test_server_metrics_scraped_through_a_run(llama: LlamaServer, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with ScraperThread(metrics_url(llama.url), 0.05, out / FILE_NAME) as scraper:
+    with ScraperThread(metrics_url(llama.url), 0.05, out / SERVER_METRICS_NAME) as scraper:
         # answers of ~0.1 s each, 20 a second: two or so in flight at any moment
         rows = run(
             llama, out, SyntheticChat(input_tokens=32, output_tokens=240, salt="metrics"), requests=10, rate=20.0

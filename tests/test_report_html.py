@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.analysis.points import analyze_run
-from loadgen.client.run import RunSettings, settings_json
+from loadgen.client.settings import RunSettings, settings_json
 from loadgen.records import Record, to_batch
 from loadgen.report.html import CHART_IDS, render_html, write_report
 from loadgen.report.sweep_view import render_sweep

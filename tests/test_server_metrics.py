@@ -15,15 +15,9 @@ from llamacpp import LlamaServer, have_xllamacpp, start_llamacpp
 
 from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_engine_metrics
 from loadgen.client.prometheus import metrics_url
-from loadgen.client.scrape import (
-    FILE_NAME,
-    ScraperThread,
-    ServerMetricsScraper,
-    load_server_metrics,
-    resolve_option,
-    summarize,
-)
+from loadgen.client.scrape import ScraperThread, ServerMetricsScraper, resolve_option, summarize
 from loadgen.errors import ConfigError
+from loadgen.records import SERVER_METRICS_NAME, load_server_metrics
 from loadgen.sim.model import FixedModel
 from loadgen.sim.server import SimServer
 
@@ -227,7 +221,7 @@ def test_option_semantics() -> None:
 def test_load_skips_a_torn_last_line_and_reports_absence(tmp_path: Path) -> None:
     assert load_server_metrics(tmp_path) is None
     rows = [{"t_ns": 1, "running": 1.0}, {"t_ns": 2, "running": 2.0}]
-    (tmp_path / FILE_NAME).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows) + b'{"t_ns": 3, "runn')
+    (tmp_path / SERVER_METRICS_NAME).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows) + b'{"t_ns": 3, "runn')
     assert load_server_metrics(tmp_path) == rows
 
 
@@ -258,7 +252,7 @@ def test_scraper_follows_the_simulator_through_a_burst(tmp_path: Path) -> None:
         sim = SimServer(FixedModel(ttft_s=0.05, itl_s=0.01))
         url = await sim.start()
         try:
-            out = tmp_path / FILE_NAME
+            out = tmp_path / SERVER_METRICS_NAME
             async with aiohttp.ClientSession() as http:
                 scraper = ServerMetricsScraper(metrics_url(url), interval_s=0.05, out_path=out)
                 assert await scraper.start()
@@ -269,7 +263,7 @@ def test_scraper_follows_the_simulator_through_a_burst(tmp_path: Path) -> None:
             await sim.stop()
 
     summary, rows = asyncio.run(main())
-    assert summary["enabled"] and summary["engine"] == "loadgen-sim" and summary["path"] == FILE_NAME
+    assert summary["enabled"] and summary["engine"] == "loadgen-sim" and summary["path"] == SERVER_METRICS_NAME
     assert summary["errors"] == 0 and summary["samples"] == len(rows) >= 5
     assert summary["deltas"]["generation_tokens_total"] == 5 * 40
     assert summary["gauges"]["running"]["max"] == 5
@@ -282,14 +276,14 @@ def test_scraper_follows_the_simulator_through_a_burst(tmp_path: Path) -> None:
 def test_scraper_is_off_when_nothing_answers(tmp_path: Path) -> None:
     async def main() -> dict:
         scraper = ServerMetricsScraper(
-            "http://127.0.0.1:9/metrics", interval_s=0.1, out_path=tmp_path / FILE_NAME, timeout_s=1.0
+            "http://127.0.0.1:9/metrics", interval_s=0.1, out_path=tmp_path / SERVER_METRICS_NAME, timeout_s=1.0
         )
         assert not await scraper.start()
         return await scraper.stop()
 
     summary = asyncio.run(main())
     assert summary["enabled"] is False and summary["reason"]
-    assert not (tmp_path / FILE_NAME).exists()
+    assert not (tmp_path / SERVER_METRICS_NAME).exists()
     assert ScraperThread(None).stop() == {"enabled": False, "reason": "off"}
 
 
@@ -297,7 +291,9 @@ def test_a_server_that_dies_mid_run_gives_error_rows_not_a_crash(tmp_path: Path)
     async def main() -> dict:
         sim = SimServer(FixedModel())
         url = await sim.start()
-        scraper = ServerMetricsScraper(metrics_url(url), interval_s=0.05, out_path=tmp_path / FILE_NAME, timeout_s=0.5)
+        scraper = ServerMetricsScraper(
+            metrics_url(url), interval_s=0.05, out_path=tmp_path / SERVER_METRICS_NAME, timeout_s=0.5
+        )
         assert await scraper.start()
         await sim.stop()
         await asyncio.sleep(0.2)
@@ -316,7 +312,9 @@ def test_an_unwritable_run_folder_turns_it_off_not_the_run(tmp_path: Path) -> No
         sim = SimServer(FixedModel())
         url = await sim.start()
         try:
-            scraper = ServerMetricsScraper(metrics_url(url), interval_s=0.1, out_path=tmp_path / "file" / FILE_NAME)
+            scraper = ServerMetricsScraper(
+                metrics_url(url), interval_s=0.1, out_path=tmp_path / "file" / SERVER_METRICS_NAME
+            )
             assert not await scraper.start()
             return await scraper.stop()
         finally:
@@ -366,7 +364,7 @@ def test_scraper_thread_sees_llamacpp_queue_and_counters(llama_one_slot: LlamaSe
 
             await asyncio.gather(*(one() for _ in range(4)))
 
-    with ScraperThread(metrics_url(url), 0.02, tmp_path / FILE_NAME) as scraper:
+    with ScraperThread(metrics_url(url), 0.02, tmp_path / SERVER_METRICS_NAME) as scraper:
         t0 = time.perf_counter()
         worker = threading.Thread(target=lambda: asyncio.run(burst()))
         worker.start()

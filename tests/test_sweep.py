@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from loadgen.analysis.attainment import attainment_interval, capacity_at_slo, samples_to_confirm
-from loadgen.client.run import RunSettings
+from loadgen.analysis.saturation import Observation, saturation_reason
+from loadgen.client.settings import RunSettings
 from loadgen.errors import ConfigError
 from loadgen.records import read_run_meta
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sweep.plan import SweepPlan, parse_list
 from loadgen.sweep.run import SweepSettings, point_salt, run_sweep
-from loadgen.sweep.search import AutoSearch, Observation, Step, next_step, saturation_reason, search_end
-from loadgen.workload.load import SyntheticChat
+from loadgen.sweep.search import AutoSearch, Step, next_step, search_end
+from loadgen.workload.base import SyntheticChat
 
 # --------------------------------------------------------------------------- parsing
 
@@ -118,16 +119,15 @@ def drive(cfg: AutoSearch, has_slo: bool, **endpoint: float) -> list[tuple[Step,
 
 
 def test_saturation_reasons() -> None:
-    cfg = AutoSearch()
     light = model_endpoint(5)
-    assert saturation_reason(None, light, cfg) is None
-    assert "delivered" in (saturation_reason(light, model_endpoint(80), cfg) or "")
+    assert saturation_reason(None, light) is None
+    assert "delivered" in (saturation_reason(light, model_endpoint(80)) or "")
     failing = Observation(10, 10, 5, 1000, 1000, 30, 1, 50.0)
-    assert "failed" in (saturation_reason(None, failing, cfg) or "")
+    assert "failed" in (saturation_reason(None, failing) or "")
     # throughput flat while the load doubled and TTFT climbed: saturated even though "delivered" is not computable
     a = Observation(10, 10, 10, 1000, math.nan, 30, 1, 0.0)
     b = Observation(20, 20, 19.0, 1040, math.nan, 300, 1, 0.0)  # requests keep up, tokens do not
-    assert "rose only" in (saturation_reason(a, b, cfg) or "")
+    assert "rose only" in (saturation_reason(a, b) or "")
 
 
 def test_auto_search_ramps_to_saturation_then_spreads() -> None:

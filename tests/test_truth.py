@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.client.run import RunSettings, execute
+from loadgen.client.run import execute
+from loadgen.client.settings import RunSettings
 from loadgen.records import read_records
 from loadgen.schedule import Arrival
 from loadgen.sim.truth import timing_error
-from loadgen.workload.load import SyntheticChat
+from loadgen.workload.base import SyntheticChat
 
 
 def test_client_timestamps_follow_the_servers_writes_at_light_load(tmp_path):

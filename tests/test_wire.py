@@ -17,7 +17,7 @@ from loadgen.client import _aiohttp as wire
 from loadgen.client.config import EngineConfig, Plan
 from loadgen.client.engine import Engine
 from loadgen.records import RecordWriter, read_stream
-from loadgen.workload.load import SyntheticChat
+from loadgen.workload.base import SyntheticChat
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
 TAIL = b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'

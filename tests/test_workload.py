@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from loadgen.errors import ConfigError, SpecError
-from loadgen.workload.load import SyntheticChat, builtin_specs, load_workload
+from loadgen.workload.base import SyntheticChat
+from loadgen.workload.load import builtin_specs, load_workload
 from loadgen.workload.session import Session
 from loadgen.workload.synthetic import RagWorkload
 from loadgen.workload.text import PREFIX_TOKENS

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.client.run import RunSettings, execute
+from loadgen.client.run import execute
+from loadgen.client.settings import RunSettings
 from loadgen.records import read_records
 from loadgen.schedule import Arrival
 from loadgen.workload.load import load_workload

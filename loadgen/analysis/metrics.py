@@ -29,17 +29,7 @@ from loadgen.analysis.stats import Dist, describe, json_number, min_samples_boun
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import STATUSES
 
-__all__ = [
-    "MetricsError",
-    "Window",
-    "SLO",
-    "Summary",
-    "choose_window",
-    "summarize",
-    "validity_warnings",
-    "summary_to_json",
-    "latency_samples",
-]
+__all__ = ["SLO", "Summary", "summarize", "validity_warnings", "summary_to_json", "latency_samples"]
 
 _EXAMPLES = 5
 _ERROR_CHARS = 160

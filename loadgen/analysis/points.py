@@ -23,9 +23,9 @@ from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_
 from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
 from loadgen.analysis.run_summary import client_warnings, simulator_warnings
+from loadgen.analysis.saturation import first_saturated, observe
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import read_records, read_run_meta
-from loadgen.sweep.search import AutoSearch, observe, saturation_reason
 
 __all__ = [
     "PointFigures",
@@ -323,10 +323,6 @@ def compact_warnings(warnings: list[str]) -> list[str]:
 
 def _saturation(points: list[PointFigures]) -> str | None:
     """The first point, by rising rate, where throughput stopped following the load."""
-    cfg = AutoSearch()
     obs = [observe(p.summary, p.rate) for p in sorted(points, key=lambda p: p.load) if p.rate is not None]
-    for i, o in enumerate(obs):
-        reason = saturation_reason(obs[i - 1] if i else None, o, cfg)
-        if reason:
-            return reason
-    return None
+    found = first_saturated(obs)
+    return found[1] if found else None

@@ -11,35 +11,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json, validity_warnings
-from loadgen.analysis.stats import Dist
 from loadgen.analysis.timeseries import timeseries
 from loadgen.analysis.window import choose_window
 from loadgen.records import read_records, read_run_meta, write_json
 
-__all__ = ["RunReport", "summarize_run", "client_warnings", "latency_table"]
+__all__ = ["RunReport", "summarize_run", "client_warnings", "simulator_warnings"]
 
 
 @dataclass
 class RunReport:
+    """A single-point run folder's figures over its measurement window, and what may have distorted them."""
+
     run_dir: Path
     meta: dict[str, Any]
     summary: Summary
     warnings: list[str] = field(default_factory=list)
-
-    def print(self, console: Console | None = None) -> None:
-        console = console or Console()
-        s = self.summary
-        console.print(header_text(self.meta, s))
-        console.print(latency_table(s))
-        console.print(throughput_table(s))
-        for w in self.warnings:
-            console.print(Text("warning: " + w, style="yellow"))
-        console.print(f"records: {self.run_dir / 'records.parquet'}")
 
 
 def client_warnings(meta: dict[str, Any]) -> list[str]:
@@ -108,77 +95,3 @@ def summarize_run(
         }
         write_json(Path(run_dir) / "summary.json", doc)
     return RunReport(Path(run_dir), meta, summary, warnings)
-
-
-def header_text(meta: dict[str, Any], s: Summary) -> Text:
-    arrival = meta.get("settings", {}).get("arrival", {}).get("label", "")
-    t = Text()
-    t.append(f"{meta.get('endpoint', '?')}", style="bold")
-    t.append(f"  model {meta.get('model', '?')}  ·  {arrival}\n")
-    t.append(
-        f"{s.requests} requests in a {s.window_s:.1f} s window ({s.window}) · "
-        f"ok {s.ok}, failed {s.failed}, cancelled {s.cancelled}"
-    )
-    return t
-
-
-def _fmt(v: float) -> str:
-    if v != v:  # NaN
-        return "-"
-    if v in (float("inf"), float("-inf")):
-        return "∞"
-    return f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
-
-
-def _cell(d: Dist, key: str) -> str:
-    if d.n == 0:
-        return "-"
-    v, lo, hi = d.pcts[key]
-    return f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" if key in ("p99", "p99.9") else _fmt(v)
-
-
-def latency_table(s: Summary) -> Table:
-    t = Table(title="latency (ms; p99 with its 95% interval)", show_edge=False)
-    for col in ("metric", "n", "mean", "p50", "p90", "p95", "p99", "p99.9"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    rows = (
-        ("TTFT (from schedule)", s.ttft),
-        ("TTFT (from send)", s.ttft_sent),
-        ("TPOT", s.tpot),
-        ("ITL", s.itl),
-        ("ICL (chunk gaps)", s.icl),
-        ("E2E", s.e2e),
-        ("schedule lag", s.schedule_lag),
-        ("per-user tok/s", s.per_user_tps),
-    )
-    for name, d in rows:
-        t.add_row(
-            name, str(d.n), _fmt(d.mean) if d.n else "-", *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9"))
-        )
-    return t
-
-
-def throughput_table(s: Summary) -> Table:
-    t = Table(title="throughput", show_edge=False)
-    for col in (
-        "offered req/s",
-        "sent req/s",
-        "completed req/s",
-        "output tok/s",
-        "total tok/s",
-        "success %",
-        "goodput req/s",
-        "SLO attainment %",
-    ):
-        t.add_column(col, justify="right")
-    t.add_row(
-        f"{s.offered_rps:.2f}",
-        f"{s.sent_rps:.2f}",
-        f"{s.completed_rps:.2f}",
-        f"{s.output_tps:.1f}",
-        f"{s.total_tps:.1f}",
-        f"{s.success_pct:.1f}",
-        "-" if s.goodput_rps is None else f"{s.goodput_rps:.2f}",
-        "-" if s.slo_attainment_pct is None else f"{s.slo_attainment_pct:.1f}",
-    )
-    return t

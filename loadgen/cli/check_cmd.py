@@ -71,7 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import asyncio
 
-    from loadgen.client.run import api_key_from_env, target
+    from loadgen.client.run import target
+    from loadgen.client.settings import api_key_from_env
     from loadgen.conformance.check import CheckOptions, run_check
     from loadgen.conformance.ci_outputs import print_outcome, write_outputs
     from loadgen.workload.tokenizer import get_tokenizer

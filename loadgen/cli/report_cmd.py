@@ -38,6 +38,8 @@ def main(args: argparse.Namespace) -> int:
         render_sweep(run_dir, **options).print()
         return 0
     report = summarize_run(run_dir, warmup_s=args.warmup, cooldown_s=args.cooldown, lag_limit_ms=args.lag_limit_ms)
-    report.print()
+    from loadgen.report.terminal import print_run
+
+    print_run(report)
     print(f"report: {write_report(run_dir)}")
     return 0

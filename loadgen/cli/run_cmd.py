@@ -12,9 +12,9 @@ from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
     from loadgen.client.config import Timeouts
-    from loadgen.client.run import RunSettings
+    from loadgen.client.settings import RunSettings
     from loadgen.schedule import Arrival
-    from loadgen.workload.load import Workload
+    from loadgen.workload.base import Workload
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -151,7 +151,8 @@ def resolve_arrival(args: argparse.Namespace) -> Arrival:
 
 
 def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
-    from loadgen.workload.load import SyntheticChat, load_workload
+    from loadgen.workload.base import SyntheticChat
+    from loadgen.workload.load import load_workload
 
     if args.workload:
         overrides = {
@@ -198,7 +199,7 @@ def timeouts(args: argparse.Namespace) -> Timeouts:
 
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
-    from loadgen.client.run import RunSettings
+    from loadgen.client.settings import RunSettings
 
     if args.duration is None and args.requests is None:
         args.duration = 10.0 if args.concurrency is None else None
@@ -229,7 +230,8 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 def main(args: argparse.Namespace) -> int:
     from loadgen.analysis.run_summary import summarize_run
     from loadgen.cli.live import LiveView
-    from loadgen.client.run import api_key_from_env, execute, new_run_id
+    from loadgen.client.run import execute, new_run_id
+    from loadgen.client.settings import api_key_from_env
 
     slo = slo_of(args)  # a bad profile, tolerance or baseline fails here, before any traffic
     settings = settings_from_args(args)
@@ -240,7 +242,9 @@ def main(args: argparse.Namespace) -> int:
     with view:
         result = execute(settings, workload, out, api_key=api_key, sim_flags=sim_args(args), on_engine=view.attach)
     report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)
-    report.print()
+    from loadgen.report.terminal import print_run
+
+    print_run(report)
     from loadgen.report.html import write_report
 
     print(f"report: {write_report(out)}")

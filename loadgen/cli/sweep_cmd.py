@@ -160,7 +160,7 @@ def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
 
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     from loadgen.analysis.pareto import parse_prices
-    from loadgen.client.run import RunSettings
+    from loadgen.client.settings import RunSettings
     from loadgen.schedule import parse_arrival
     from loadgen.sweep.plan import SweepPlan
     from loadgen.sweep.run import SweepSettings
@@ -219,7 +219,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from loadgen.cli.live import SweepView
-    from loadgen.client.run import api_key_from_env, new_run_id
+    from loadgen.client.run import new_run_id
+    from loadgen.client.settings import api_key_from_env
     from loadgen.report.sweep_view import render_sweep
     from loadgen.sweep.run import run_sweep
 

@@ -15,7 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.workload.load import Workload
+from loadgen.workload.base import Workload
 from loadgen.workload.session import Session, Turn
 
 __all__ = ["preview_stats", "render"]

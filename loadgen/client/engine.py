@@ -30,7 +30,7 @@ from loadgen.clock import SPIN_NS, sleep_until
 from loadgen.records import Record, RecordWriter
 from loadgen.workload.session import Conversation, Session, Turn, build_body
 
-__all__ = ["Timeouts", "EngineConfig", "Plan", "Engine", "redact"]
+__all__ = ["Engine"]
 
 Clock = Callable[[], int]
 _LOOKAHEAD = 256  # sessions built ahead of their send time

@@ -16,7 +16,7 @@ gets no metrics the scraper stays off and says why.
 
 Use ``ServerMetricsScraper`` inside an event loop, or ``ScraperThread`` around
 synchronous code (its own thread and loop, so it is independent of how many
-client processes or event loops the run uses). ``load_server_metrics`` reads a
+client processes or event loops the run uses). ``records.load_server_metrics`` reads a
 run folder's series back for reports; ``summarize`` folds rows into run.json's
 summary.
 """
@@ -37,24 +37,11 @@ import aiohttp
 import orjson
 
 from loadgen.client.endpoint import endpoint_label
-from loadgen.client.metric_names import MAX_RAW, SERIES, detect_engine, normalize, parse_engine_metrics
+from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_engine_metrics
 from loadgen.client.prometheus import metrics_url
 
-__all__ = [
-    "SERIES",
-    "FILE_NAME",
-    "ServerMetricsScraper",
-    "ScraperThread",
-    "parse_engine_metrics",
-    "normalize",
-    "detect_engine",
-    "summarize",
-    "load_server_metrics",
-    "resolve_option",
-    "MAX_RAW",
-]
+__all__ = ["ServerMetricsScraper", "ScraperThread", "summarize", "resolve_option"]
 
-FILE_NAME = "server_metrics.jsonl"
 MAX_BYTES = 4 * 1024 * 1024  # vLLM with many models/LoRAs stays far below this
 
 
@@ -305,20 +292,3 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["gauges"] = gauges
     out["span_s"] = (ok[-1]["t_ns"] - ok[0]["t_ns"]) / 1e9
     return out
-
-
-def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:
-    """The rows of ``run_dir/server_metrics.jsonl`` (error rows included), or None when there
-    is none. A torn last line (a crash mid-write) is skipped."""
-    path = Path(run_dir) / FILE_NAME
-    if not path.exists():
-        return None
-    rows = []
-    for line in path.read_bytes().splitlines():
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows

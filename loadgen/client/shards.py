@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import clock
-from loadgen.workload.load import Workload
+from loadgen.workload.base import Workload
 
 __all__ = ["run_sharded"]
 
@@ -37,7 +37,7 @@ def _worker(
     shards: int,
     stem: str,
 ) -> None:
-    from loadgen.client.run import run_engine
+    from loadgen.client.point import run_engine
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the engine installs its own handler
     conn.send("ready")

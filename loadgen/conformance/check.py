@@ -44,7 +44,7 @@ from loadgen.conformance.ci_outputs import Case, Outcome, clip
 from loadgen.conformance.exchange import Stream, Wire
 from loadgen.workload.tokenizer import Tokenizer
 
-__all__ = ["ITEMS", "CheckOptions", "Wire", "Stream", "run_check"]
+__all__ = ["CheckOptions", "run_check"]
 
 LONG_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle. Use many short sentences."
 # Prompts a model answers in a word or two, so only ignore_eos can make them long.

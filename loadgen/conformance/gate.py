@@ -18,14 +18,10 @@ from typing import Any
 from loadgen.analysis.metrics import validity_warnings
 from loadgen.conformance.bounds import (
     Measurement,
-    batch_rate,
     compare,
     fmt_num,
     fmt_pct,
-    mean_bounds,
     measure,
-    percentile,
-    proportion,
     verdict,
 )
 from loadgen.conformance.ci_outputs import Case, Outcome, overall_status
@@ -33,26 +29,7 @@ from loadgen.conformance.samples import Point, load_points, select
 from loadgen.conformance.slo import Criterion, Profile
 from loadgen.errors import ConfigError
 
-__all__ = [
-    "EXIT_PASS",
-    "EXIT_FAIL",
-    "EXIT_USAGE",
-    "EXIT_INCONCLUSIVE",
-    "Measurement",
-    "Point",
-    "load_points",
-    "measure",
-    "verdict",
-    "compare",
-    "gate_run",
-    "exit_code",
-    "parse_tolerance",
-    "batch_rate",
-    "mean_bounds",
-    "percentile",
-    "proportion",
-    "select",
-]
+__all__ = ["EXIT_PASS", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INCONCLUSIVE", "gate_run", "exit_code", "parse_tolerance"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 _NAN = math.nan

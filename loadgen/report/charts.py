@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 
 from loadgen.report.chart_style import (
     COLORS,
-    RC,
     _axes,
     _empty,
     _figure,
@@ -28,8 +27,6 @@ from loadgen.report.chart_style import (
     _legend_right,
     _log,
     _styled,
-    to_png,
-    to_svg,
 )
 
 __all__ = [
@@ -41,10 +38,6 @@ __all__ = [
     "timeseries_chart",
     "errors_chart",
     "overlay_chart",
-    "to_svg",
-    "to_png",
-    "RC",
-    "COLORS",
 ]
 
 _MAX_LINE_POINTS = 400

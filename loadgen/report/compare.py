@@ -12,6 +12,7 @@ from typing import Any
 
 from loadgen.analysis.compare import Comparison, Verdict
 from loadgen.report import charts
+from loadgen.report.chart_style import to_svg
 from loadgen.report.markup import esc, figure_html, fmt, kv_html, page
 
 __all__ = ["render_compare", "write_compare", "COMPARE_CHART_IDS"]
@@ -58,7 +59,7 @@ def _charts(c: Comparison) -> str:
     out = [
         figure_html(
             "pareto",
-            charts.to_svg(pareto),
+            to_svg(pareto),
             "Overlaid Pareto frontiers: output tok/s against per-user speed (median 1/TPOT).",
         )
     ]
@@ -91,21 +92,21 @@ def _charts(c: Comparison) -> str:
     out.append(
         figure_html(
             "goodput",
-            charts.to_svg(charts.overlay_chart(good, x_label=load, y_label=what)),
+            to_svg(charts.overlay_chart(good, x_label=load, y_label=what)),
             f"{esc(what.capitalize())} against load, with 95% intervals.",
         )
     )
     out.append(
         figure_html(
             "ttft-p99",
-            charts.to_svg(charts.overlay_chart(ttft, x_label=load, y_label="TTFT p99 ms", log_y=True)),
+            to_svg(charts.overlay_chart(ttft, x_label=load, y_label="TTFT p99 ms", log_y=True)),
             "TTFT p99 against load, with 95% order-statistic intervals.",
         )
     )
     out.append(
         figure_html(
             "tpot-p50",
-            charts.to_svg(charts.overlay_chart(tpot_s, x_label=load, y_label="TPOT p50 ms", log_y=True)),
+            to_svg(charts.overlay_chart(tpot_s, x_label=load, y_label="TPOT p50 ms", log_y=True)),
             "Median TPOT against load, with 95% intervals.",
         )
     )

@@ -24,11 +24,12 @@ from loadgen.analysis.metrics import latency_samples
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.timeseries import timeseries
-from loadgen.client.scrape import load_server_metrics
+from loadgen.records import load_server_metrics
 from loadgen.report import charts
+from loadgen.report.chart_style import to_png, to_svg
 from loadgen.report.markup import esc, figure_html, fmt, fmt_ci, kv_html, page
 
-__all__ = ["write_report", "render_html", "page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html", "CHART_IDS"]
+__all__ = ["write_report", "render_html", "CHART_IDS"]
 
 CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "server", "errors")
 _MAX_CDF_POINTS = 8
@@ -49,9 +50,9 @@ def write_report(run_dir: Path, *, analysis: RunAnalysis | None = None, **analyz
     run_dir = Path(run_dir)
     a = analysis if analysis is not None else analyze_run(run_dir, **analyze)
     fig = _pareto(a)
-    svg = charts.to_svg(fig)
+    svg = to_svg(fig)
     (run_dir / "pareto.svg").write_text(svg, encoding="utf-8")
-    (run_dir / "pareto.png").write_bytes(charts.to_png(fig))
+    (run_dir / "pareto.png").write_bytes(to_png(fig))
     out = run_dir / "report.html"
     tmp = out.with_suffix(".html.tmp")
     tmp.write_text(render_html(a, pareto_svg=svg), encoding="utf-8")
@@ -73,10 +74,10 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
         _warnings(a),
         _points_table(a),
         '<section id="charts"><h2>Charts</h2>',
-        figure_html("pareto", pareto_svg or charts.to_svg(_pareto(a)), _pareto_caption(a)),
+        figure_html("pareto", pareto_svg or to_svg(_pareto(a)), _pareto_caption(a)),
         figure_html(
             "goodput",
-            charts.to_svg(_goodput(a)),
+            to_svg(_goodput(a)),
             "Offered, completed and good (SLO-meeting) requests per second against load, with 95% "
             "intervals; SLO attainment % on the right axis."
             if a.slo
@@ -84,32 +85,32 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
         ),
         figure_html(
             "latency",
-            charts.to_svg(_latency(a)),
+            to_svg(_latency(a)),
             "Latency percentiles against load; bands are the 95% order-statistic intervals "
             "(an unbounded side is left open).",
         ),
         figure_html(
             "cdf-ttft",
-            charts.to_svg(_cdf(a, "ttft")),
+            to_svg(_cdf(a, "ttft")),
             "Distribution of TTFT (from the intended send time) per load point.",
         ),
         figure_html(
             "cdf-itl",
-            charts.to_svg(_cdf(a, "itl")),
+            to_svg(_cdf(a, "itl")),
             "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k).",
         ),
         figure_html(
             "timeseries",
-            charts.to_svg(_timeseries(a)),
+            to_svg(_timeseries(a)),
             "The whole run over time; dotted lines mark where each load point started.",
         ),
         figure_html(
             "server",
-            charts.to_svg(_server(a)),
+            to_svg(_server(a)),
             "What the server reported over the same time axis (its Prometheus /metrics, scraped every "
             "second): requests running and waiting, and KV-cache use.",
         ),
-        figure_html("errors", charts.to_svg(_errors(a)), "Requests that did not succeed, per point and status."),
+        figure_html("errors", to_svg(_errors(a)), "Requests that did not succeed, per point and status."),
         "</section>",
         _error_detail(a),
         _config(a),

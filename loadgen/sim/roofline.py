@@ -37,9 +37,8 @@ from loadgen.sim.profiles import GpuProfile, ModelProfile
 from loadgen.sim.profiles import gpu as load_gpu
 from loadgen.sim.profiles import model as load_model
 from loadgen.sim.scheduler import _Seq
-from loadgen.sim.step_cost import ACT_BYTES, CapacityError, Saturation
 
-__all__ = ["RooflineModel", "CapacityError", "Saturation", "offline_throughput", "ACT_BYTES"]
+__all__ = ["RooflineModel", "offline_throughput"]
 
 
 class RooflineModel(EngineLoop):

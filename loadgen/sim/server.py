@@ -31,7 +31,7 @@ from loadgen.sim.model import FixedModel, SimRequest, TimingModel
 from loadgen.sim.stream_writer import _CUT, _STALL, _Writer
 from loadgen.workload.tokenizer import BUILTIN, WORDS
 
-__all__ = ["SimConfig", "SimServer"]
+__all__ = ["SimServer"]
 
 # Engine headroom (TimingModel.headroom) that handling needs, as estimated for a slow core: a new
 # request (parse, tokenize ~0.1 us per body byte, admit, headers, first write); a stream's end.

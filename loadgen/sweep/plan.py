@@ -13,39 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo, samples_to_confirm
 from loadgen.errors import ConfigError
 from loadgen.schedule import Arrival
-from loadgen.sweep.search import (
-    AutoSearch,
-    Observation,
-    Step,
-    _round_rate,
-    capacity_estimate,
-    next_step,
-    observe,
-    saturation_reason,
-    search_end,
-    served_rps,
-)
+from loadgen.sweep.search import AutoSearch, Step, _round_rate
 
-__all__ = [
-    "AutoSearch",
-    "Observation",
-    "Step",
-    "Capacity",
-    "SweepPlan",
-    "observe",
-    "saturation_reason",
-    "next_step",
-    "search_end",
-    "capacity_at_slo",
-    "attainment_interval",
-    "samples_to_confirm",
-    "parse_list",
-    "served_rps",
-    "capacity_estimate",
-]
+__all__ = ["SweepPlan", "parse_list"]
 
 
 @dataclass(frozen=True)

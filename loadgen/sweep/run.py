@@ -24,24 +24,24 @@ import pyarrow as pa
 from loadgen import __version__
 from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
 from loadgen.analysis.points import compact_warnings, point_window, slo_to_json
+from loadgen.analysis.saturation import Observation, observe
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.run import (
-    RunSettings,
     discover_model,
     host_info,
     new_run_id,
     run_point,
     scraping_server_metrics,
-    settings_json,
     simulator_health,
     target,
 )
+from loadgen.client.settings import RunSettings, settings_json
 from loadgen.errors import ConfigError
 from loadgen.records import SCHEMA, compact, read_stream, write_json
 from loadgen.sweep.plan import SweepPlan
-from loadgen.sweep.search import Observation, Step, next_step, observe, search_end
-from loadgen.workload.load import Workload
+from loadgen.sweep.search import Step, next_step, search_end
+from loadgen.workload.base import Workload
 
 __all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt"]
 

@@ -17,8 +17,9 @@ Nothing here sends or reads a clock: ``next_step`` maps the history of
 (step, observation) pairs to the next step, so the search is tested with
 made-up observations and a sweep is replayable from its run.json.
 
-The SLO statistics it uses live in ``attainment.py``; the sweep's plan (a fixed list or
-this search, timing per point) and list parsing in ``sweep.py``, which re-exports all of it.
+The SLO statistics it uses live in ``analysis.attainment`` and the saturation test in
+``analysis.saturation`` (the report judges finished sweeps by the same test); the sweep's
+plan (a fixed list or this search, timing per point) and list parsing in ``plan``.
 """
 
 from __future__ import annotations
@@ -28,16 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.attainment import samples_to_confirm
-from loadgen.analysis.metrics import Summary
+from loadgen.analysis.saturation import KEEP_UP, MIN_GAIN, Observation, first_saturated
 from loadgen.errors import ConfigError
 from loadgen.schedule import Arrival
 
 __all__ = [
     "AutoSearch",
-    "Observation",
     "Step",
-    "observe",
-    "saturation_reason",
     "served_rps",
     "capacity_estimate",
     "next_step",
@@ -54,8 +52,8 @@ class AutoSearch:
     max_rate: float = 256.0
     max_ramp: int = 8
     spread: tuple[float, ...] = (0.5, 0.75, 0.9)  # fractions of the capacity found
-    keep_up: float = 0.9  # completed / offered below this: the endpoint is not keeping up
-    min_gain: float = 0.1  # throughput rising less than this while load rose 1.5x: saturated
+    keep_up: float = KEEP_UP  # delivered / offered below this: the endpoint is not keeping up
+    min_gain: float = MIN_GAIN  # throughput rising less than this while load rose 1.5x: saturated
     target_pct: float = 99.0  # SLO attainment target
     confidence: float = 0.95
     tolerance: float = 0.1  # bisection stops when hi / lo <= 1 + tolerance
@@ -83,60 +81,6 @@ class AutoSearch:
         """Ramp points the rate range allows (start, start*f, ... <= max_rate), at most max_ramp."""
         n = int(math.floor(math.log(self.max_rate / self.start_rate) / math.log(self.factor) + 1e-9)) + 1
         return max(1, min(self.max_ramp, n))
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the search needs from one measured point (built from its Summary by ``observe``)."""
-
-    rate: float  # target offered rate, req/s
-    offered_rps: float
-    completed_rps: float
-    output_tps: float
-    expected_output_tps: float  # offered x mean requested output tokens; NaN when unknown
-    ttft_p50_ms: float
-    lag_p99_ms: float
-    failed_pct: float
-    met: int | None = None  # requests that met every SLO bound (None without an SLO)
-    n: int = 0  # requests scheduled in the window
-    client_limited: bool = False
-
-    @property
-    def keep_up_ratio(self) -> float:
-        """Fraction of the offered load the endpoint delivered (tokens when known, else requests)."""
-        if self.expected_output_tps > 0 and math.isfinite(self.expected_output_tps):
-            return self.output_tps / self.expected_output_tps
-        if self.offered_rps > 0:
-            return self.completed_rps / self.offered_rps
-        return math.nan
-
-    @property
-    def attainment(self) -> float | None:
-        return None if self.met is None or self.n == 0 else self.met / self.n
-
-
-def observe(summary: Summary, rate: float, lag_limit_ms: float = 10.0) -> Observation:
-    """The search's view of a point: throughput delivered vs offered, latency, SLO counts."""
-    s = summary
-    requested = s.output_requested_mean
-    expected = s.offered_rps * requested if requested == requested else math.nan
-    lag = s.schedule_lag.pct(99)[0] if s.schedule_lag.n else math.nan
-    # The search stops on a client that is behind on most sends (the median), not on a few late ones
-    # (a busy host delays single sends by ~10 ms; validity warnings still flag the p99).
-    lag50 = s.schedule_lag.pct(50)[0] if s.schedule_lag.n >= 10 else math.nan
-    return Observation(
-        rate=rate,
-        offered_rps=s.offered_rps,
-        completed_rps=s.completed_rps,
-        output_tps=s.output_tps,
-        expected_output_tps=expected,
-        ttft_p50_ms=s.ttft.pct(50)[0] if s.ttft.n else math.nan,
-        lag_p99_ms=lag,
-        failed_pct=100.0 * s.failed / s.requests if s.requests else 0.0,
-        met=s.slo_met,
-        n=s.requests,
-        client_limited=bool(lag50 == lag50 and lag50 > lag_limit_ms),
-    )
 
 
 @dataclass(frozen=True)
@@ -170,31 +114,9 @@ class Step:
 # --------------------------------------------------------------------------- saturation
 
 
-def saturation_reason(prev: Observation | None, cur: Observation, cfg: AutoSearch) -> str | None:
-    """Why ``cur`` is past saturation, or None while throughput still follows the load."""
-    ratio = cur.keep_up_ratio
-    if ratio == ratio and ratio < cfg.keep_up:
-        return f"delivered {ratio:.0%} of the offered load at {cur.rate:g} req/s (TTFT p50 {cur.ttft_p50_ms:.0f} ms)"
-    if cur.failed_pct >= 10:
-        return f"{cur.failed_pct:.0f}% of requests failed at {cur.rate:g} req/s (rejecting load)"
-    if prev is not None and cur.rate >= 1.5 * prev.rate and prev.output_tps > 0:
-        gain = cur.output_tps / prev.output_tps - 1
-        if gain < cfg.min_gain and cur.ttft_p50_ms > prev.ttft_p50_ms:
-            return (
-                f"output tok/s rose only {gain:+.0%} from {prev.rate:g} to {cur.rate:g} req/s "
-                f"while TTFT p50 climbed {prev.ttft_p50_ms:.0f} -> {cur.ttft_p50_ms:.0f} ms"
-            )
-    return None
-
-
 def _saturation(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> tuple[int, str] | None:
     """(index in the ramp order, reason) of the first saturated ramp point."""
-    ramp = [obs for step, obs in history if step.phase == "ramp"]
-    for i, obs in enumerate(ramp):
-        reason = saturation_reason(ramp[i - 1] if i else None, obs, cfg)
-        if reason:
-            return i, reason
-    return None
+    return first_saturated([obs for step, obs in history if step.phase == "ramp"], cfg.keep_up, cfg.min_gain)
 
 
 def served_rps(obs: Observation) -> float:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from loadgen.specfile import Fields
+from loadgen.workload.base import Base
 from loadgen.workload.distributions import Distribution, Fixed, parse_distribution
-from loadgen.workload.load import Base
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import Memo, TextSource, rng
 

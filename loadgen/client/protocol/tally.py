@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.client.protocol.chunk_errors import StreamError, check_error, is_done, shape_error
+from loadgen.client.protocol.chunk_errors import check_error, is_done, shape_error
 from loadgen.client.protocol.sse import BadStream, SSEParser
 from loadgen.client.protocol.template import (
     BULK,
@@ -42,7 +42,7 @@ from loadgen.client.protocol.template import (
     run_bodies,
 )
 
-__all__ = ["BadStream", "StreamError", "StreamTally"]
+__all__ = ["StreamTally"]
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError

@@ -39,7 +39,7 @@ import numpy as np
 import orjson
 
 from loadgen.errors import SpecError
-from loadgen.workload.load import Base
+from loadgen.workload.base import Base
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import rng, str_key
 from loadgen.workload.traces.replay import Blocks, _int, _num, _read

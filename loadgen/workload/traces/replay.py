@@ -40,7 +40,7 @@ import orjson
 
 from loadgen.errors import SpecError
 from loadgen.specfile import Fields
-from loadgen.workload.load import Base
+from loadgen.workload.base import Base
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import Memo, TextSource, rng
 

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from loadgen.errors import SpecError
-from loadgen.workload.load import Base
+from loadgen.workload.base import Base
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import rng
 from loadgen.workload.traces.replay import _err, _read

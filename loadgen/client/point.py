@@ -1,0 +1,122 @@
+"""One load point in one process: the plan a shard sends, and the engine that sends it."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.client.config import EngineConfig, Plan
+from loadgen.client.endpoint import endpoint_label
+from loadgen.client.engine import Engine
+from loadgen.client.settings import RunSettings
+from loadgen.clock import SpinMeter
+from loadgen.records import STREAM_NAME, RecordWriter
+from loadgen.schedule import offsets_ns, shard_indices
+from loadgen.workload.base import Workload
+
+__all__ = ["build_plan", "run_engine"]
+
+
+def build_plan(settings: RunSettings, workload: Workload, shard: int = 0, shards: int = 1) -> Plan:
+    """The sessions this shard sends, and when: a pure function of the settings."""
+    arrival = settings.arrival
+    if arrival.kind == "closed":
+        users = (arrival.concurrency or 1) // shards + (shard < (arrival.concurrency or 1) % shards)
+        return Plan(
+            session=workload.session, concurrency=users, count=settings.requests, duration_s=settings.duration_s
+        )
+    trace = workload.offsets_ns()
+    if trace is not None:
+        offs = np.asarray(trace, dtype=np.int64)
+        if settings.duration_s is not None:
+            offs = offs[offs < int(settings.duration_s * 1e9)]
+        if settings.requests is not None:
+            offs = offs[: settings.requests]
+    else:
+        offs = offsets_ns(arrival, settings.seed, duration_s=settings.duration_s, count=settings.requests)
+    return Plan(session=workload.session, offsets_ns=offs, indices=shard_indices(len(offs), shard, shards))
+
+
+async def run_engine(
+    settings: RunSettings,
+    workload: Workload,
+    url: str,
+    model: str,
+    run_dir: Path,
+    run_id: str,
+    *,
+    api_key: str | None,
+    on_engine: Callable[[Engine], None] | None = None,
+    stream_name: str = STREAM_NAME,
+    shard: int = 0,
+    shards: int = 1,
+    start_ns: int | None = None,
+) -> dict[str, Any]:
+    """Send one load point (or shard ``shard`` of ``shards`` of it, from a shared
+    ``start_ns``); records go to ``run_dir/stream_name``. Returns client health."""
+    cfg = EngineConfig(
+        url=url,
+        model=model,
+        api=settings.api,
+        run_id=run_id,
+        endpoint_label=endpoint_label(url),
+        point=settings.point,
+        shard=shard,
+        shards=shards,
+        timeouts=settings.timeouts,
+        ignore_eos=settings.ignore_eos,
+        keep_text=settings.keep_text,
+        max_inflight=settings.max_inflight,
+        extra_body=settings.extra_body,
+    )
+    plan = build_plan(settings, workload, shard, shards)
+    with RecordWriter(run_dir / stream_name) as writer:
+        engine = Engine(cfg, writer, api_key=api_key)
+        if on_engine:
+            on_engine(engine)
+        loop = asyncio.get_running_loop()
+        interrupted = False
+
+        def on_signal() -> None:
+            nonlocal interrupted
+            interrupted = True
+            engine.stop()
+
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        cpu0, wall0, spun0 = time.process_time(), time.perf_counter(), SpinMeter.spun_ns
+        if start_ns is None:
+            start_ns = time.perf_counter_ns() + 50_000_000  # 50 ms to settle before the first send
+        anchor = {"wall_ns": time.time_ns(), "perf_ns": time.perf_counter_ns(), "start_perf_ns": start_ns}
+        try:
+            await engine.run(plan, start_ns, grace_s=settings.drain_s)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        spun = (SpinMeter.spun_ns - spun0) / 1e9
+    return {
+        "clock_anchor": anchor,
+        "event_loop": "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio",
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        # yielding while waiting for a send instant is not load: it is left out here
+        "cpu_utilisation": max(cpu - spun, 0.0) / wall if wall > 0 else 0.0,
+        "cpu_seconds_waiting_for_send_instants": spun,
+        "loop_lag_max_ms": engine.live.loop_lag_max_ms,
+        "sends_delayed_by_max_inflight": engine.live.capped,
+        "interrupted": interrupted,
+        "records": writer.written,
+        "shard": shard,
+    }
