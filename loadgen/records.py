@@ -9,6 +9,7 @@ stream is compacted to ``records.parquet``.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 from loadgen.errors import ConfigError
 
 __all__ = [
+    "tool_info",
     "SERVER_METRICS_NAME",
     "load_server_metrics",
     "read_run_meta",
@@ -264,3 +266,12 @@ def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def tool_info() -> dict[str, str]:
+    """run.json's ``tool`` block: which loadgen wrote the folder (the installed distribution's version)."""
+    try:
+        version = importlib.metadata.version("loadgen")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        version = "0+unknown"
+    return {"name": "loadgen", "version": version}

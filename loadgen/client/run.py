@@ -23,13 +23,13 @@ import aiohttp
 import numpy as np
 import orjson
 
-from loadgen import __version__, clock
+from loadgen import clock
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.point import run_engine
 from loadgen.client.settings import RunResult, RunSettings, settings_json
 from loadgen.errors import ConfigError, EndpointError
-from loadgen.records import compact, write_json
+from loadgen.records import compact, tool_info, write_json
 from loadgen.workload.base import Workload
 
 __all__ = ["execute", "run_point", "target", "discover_model", "host_info", "new_run_id"]
@@ -156,7 +156,7 @@ def execute(
         model = settings.model or asyncio.run(discover_model(url, api_key))
         meta: dict[str, Any] = {
             "run_id": run_id,
-            "tool": {"name": "loadgen", "version": __version__},
+            "tool": tool_info(),
             "command": [a for a in sys.argv[1:]],
             "endpoint": endpoint_label(url),
             "simulator": {"flags": sim_flags or []} if is_sim else None,

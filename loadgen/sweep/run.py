@@ -21,7 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from loadgen import __version__
 from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
 from loadgen.analysis.points import compact_warnings, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
@@ -38,7 +37,7 @@ from loadgen.client.run import (
 )
 from loadgen.client.settings import RunSettings, settings_json
 from loadgen.errors import ConfigError
-from loadgen.records import SCHEMA, compact, read_stream, write_json
+from loadgen.records import SCHEMA, compact, read_stream, tool_info, write_json
 from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.search import Step, next_step, search_end
 from loadgen.workload.base import Workload
@@ -129,7 +128,7 @@ def _meta(
     }
     return {
         "run_id": run_id,
-        "tool": {"name": "loadgen", "version": __version__},
+        "tool": tool_info(),
         "command": list(sys.argv[1:]),
         "endpoint": endpoint_label(url),
         "simulator": {"flags": sim_flags} if is_sim else None,
