@@ -24,21 +24,39 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
+import selectors
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["LOOP_ENV", "LoopError", "loop_name", "new_loop", "quiet_gc", "run", "SPIN_NS", "SpinMeter", "sleep_until"]
+from loadgen.errors import ConfigError
+
+__all__ = [
+    "LOOP_ENV",
+    "LoopError",
+    "loop_name",
+    "new_loop",
+    "quiet_gc",
+    "run",
+    "SPIN_NS",
+    "SpinMeter",
+    "sleep_until",
+    "Clock",
+    "VirtualClock",
+    "VirtualLoop",
+    "run_virtual",
+]
 
 
 LOOP_ENV = "LOADGEN_LOOP"
 T = TypeVar("T")
 
 
-class LoopError(ValueError):
+class LoopError(ConfigError):
     """LOADGEN_LOOP names a loop that is unknown or not installed."""
 
 
@@ -65,8 +83,10 @@ def loop_name() -> str:
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
-    if loop_name() == "uvloop":
-        return _uvloop().new_event_loop()  # type: ignore[union-attr]
+    uvloop = _uvloop() if loop_name() == "uvloop" else None
+    if uvloop is not None:
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        return loop
     return asyncio.new_event_loop()
 
 
@@ -202,3 +222,79 @@ async def sleep_until(
     finally:
         if spinning:
             SpinMeter.leave(clock())
+
+
+Clock = Callable[[], int]  # nanoseconds on a monotonic clock: time.perf_counter_ns, or a VirtualClock
+
+
+class VirtualClock:
+    """Virtual nanoseconds, read like ``time.perf_counter_ns`` (call it).
+
+    Time moves only when a ``VirtualLoop`` has nothing to do until its next timer (it jumps
+    there), by ``tick_ns`` for every turn of the loop that had work (so a task yielding in a
+    loop, as ``sleep_until`` does in its last stretch, still gets to its instant), and by
+    ``advance``: the code under test taking that long without yielding (a stall, a burst of
+    work). Nothing really sleeps, and the same program gives the same times on any machine.
+    """
+
+    __slots__ = ("ns", "tick_ns")
+
+    def __init__(self, start_ns: int = 1_000_000_000, tick_ns: int = 1_000) -> None:
+        self.ns = start_ns
+        self.tick_ns = tick_ns
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance(self, ns: int) -> None:
+        """The running code takes ``ns`` without yielding to the loop."""
+        if ns < 0:
+            raise ValueError(f"time cannot go back ({ns} ns)")
+        self.ns += ns
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """The loop's selector: instead of waiting ``timeout`` for I/O, move the clock past it."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(0)
+        if ready:
+            return ready
+        if timeout is None:  # no timer and nothing ready: only another thread can wake it
+            ready = super().select(5.0)
+            if not ready:
+                raise RuntimeError("virtual loop: nothing is scheduled and nothing can wake it (a deadlock)")
+            return ready
+        self.clock.ns += math.ceil(timeout * 1e9) if timeout > 0 else self.clock.tick_ns
+        return []
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on a ``VirtualClock``: ``asyncio.sleep``, ``wait_for`` and every timer run
+    on virtual time, so code that takes its clock as a parameter (the engine, the simulator)
+    can be driven to the nanosecond without sockets and without real waiting. Pass
+    ``loop.clock`` as that clock. For tests; it carries no real I/O timing.
+    """
+
+    def __init__(self, clock: VirtualClock | None = None) -> None:
+        self.clock = clock if clock is not None else VirtualClock()
+        super().__init__(_JumpingSelector(self.clock))
+
+    def time(self) -> float:
+        return self.clock.ns / 1e9
+
+
+def run_virtual(coro: Coroutine[Any, Any, T], clock: VirtualClock | None = None) -> T:
+    """Run ``coro`` to its end on a fresh ``VirtualLoop`` (with ``clock``, if given)."""
+    loop = VirtualLoop(clock)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()

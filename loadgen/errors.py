@@ -1,4 +1,11 @@
-"""Errors a user can act on: each names what is wrong and where."""
+"""Errors a user can act on: each names what is wrong and where.
+
+Every error loadgen raises for a bad input derives from ``LoadgenError``; the
+command line catches it in one place (``loadgen.cli.main``) and prints it as one
+line, ``loadgen: error: <message>``, with exit code 2 and no traceback. So a
+message is one line and names the file, line and field (``spec.yaml:12: input.mean:
+must be > 0``) or the flag and its value (``--duration nan: ...``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,8 @@ class LoadgenError(Exception):
 
 
 class SpecError(LoadgenError):
-    """A workload, SLO or trace file is invalid; the message names file, line and field."""
+    """A file loadgen reads is invalid: a workload, SLO or trace file, or a run folder's
+    ``run.json`` or records. The message names the file (and line and field where it has them)."""
 
 
 class ConfigError(LoadgenError):

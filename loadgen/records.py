@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, SpecError
 
 __all__ = [
     "tool_info",
@@ -29,6 +29,7 @@ __all__ = [
     "load_server_metrics",
     "read_run_meta",
     "write_json",
+    "make_folder",
     "SCHEMA",
     "STATUSES",
     "Record",
@@ -60,39 +61,38 @@ STATUSES = (
 # (``continuous_usage_stats``), a configured tokenizer, or one per chunk.
 TOKEN_SOURCES = ("usage", "usage_per_chunk", "tokenizer", "chunks", "none")
 
-SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string()),
-        pa.field("point", pa.int32()),  # load point index within a sweep (0 for a run)
-        pa.field("shard", pa.int32()),  # worker shard that sent it
-        pa.field("request", pa.int64()),  # sequence number in the schedule
-        pa.field("session", pa.int64()),
-        pa.field("turn", pa.int32()),
-        pa.field("endpoint", pa.string()),  # endpoint label (never a key)
-        pa.field("model", pa.string()),
-        pa.field("api", pa.string()),  # chat | completions
-        pa.field("t_sched", pa.int64()),  # perf_counter_ns, intended send time
-        pa.field("t_sent", pa.int64()),
-        pa.field("t_headers", pa.int64()),
-        pa.field("t_first", pa.int64()),  # first output-carrying chunk
-        pa.field("t_last", pa.int64()),  # last output-carrying chunk
-        pa.field("t_done", pa.int64()),  # stream ended (or failed)
-        pa.field("chunk_ns", pa.list_(pa.int64())),  # arrival of each output-carrying chunk
-        pa.field("chunk_tokens", pa.list_(pa.int32())),  # output tokens in each such chunk
-        pa.field("prompt_tokens_requested", pa.int32()),
-        pa.field("prompt_tokens_reported", pa.int32()),
-        pa.field("cached_tokens", pa.int32()),
-        pa.field("output_tokens_requested", pa.int32()),
-        pa.field("output_tokens_reported", pa.int32()),
-        pa.field("output_tokens", pa.int32()),  # the count used by metrics
-        pa.field("output_tokens_source", pa.string()),
-        pa.field("finish_reason", pa.string()),
-        pa.field("status", pa.string()),
-        pa.field("http_status", pa.int32()),
-        pa.field("error", pa.string()),
-        pa.field("output_text", pa.string()),  # kept only when asked (--keep-text); untrusted
-    ]
-)
+_FIELDS: list[pa.Field[Any]] = [
+    pa.field("run_id", pa.string()),
+    pa.field("point", pa.int32()),  # load point index within a sweep (0 for a run)
+    pa.field("shard", pa.int32()),  # worker shard that sent it
+    pa.field("request", pa.int64()),  # sequence number in the schedule
+    pa.field("session", pa.int64()),
+    pa.field("turn", pa.int32()),
+    pa.field("endpoint", pa.string()),  # endpoint label (never a key)
+    pa.field("model", pa.string()),
+    pa.field("api", pa.string()),  # chat | completions
+    pa.field("t_sched", pa.int64()),  # perf_counter_ns, intended send time
+    pa.field("t_sent", pa.int64()),
+    pa.field("t_headers", pa.int64()),
+    pa.field("t_first", pa.int64()),  # first output-carrying chunk
+    pa.field("t_last", pa.int64()),  # last output-carrying chunk
+    pa.field("t_done", pa.int64()),  # stream ended (or failed)
+    pa.field("chunk_ns", pa.list_(pa.int64())),  # arrival of each output-carrying chunk
+    pa.field("chunk_tokens", pa.list_(pa.int32())),  # output tokens in each such chunk
+    pa.field("prompt_tokens_requested", pa.int32()),
+    pa.field("prompt_tokens_reported", pa.int32()),
+    pa.field("cached_tokens", pa.int32()),
+    pa.field("output_tokens_requested", pa.int32()),
+    pa.field("output_tokens_reported", pa.int32()),
+    pa.field("output_tokens", pa.int32()),  # the count used by metrics
+    pa.field("output_tokens_source", pa.string()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("status", pa.string()),
+    pa.field("http_status", pa.int32()),
+    pa.field("error", pa.string()),
+    pa.field("output_text", pa.string()),  # kept only when asked (--keep-text); untrusted
+]
+SCHEMA = pa.schema(_FIELDS)
 
 SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
 
@@ -214,11 +214,18 @@ def read_records(run_dir: str | os.PathLike[str]) -> pa.Table:
     run = Path(run_dir)
     parquet = run / PARQUET_NAME
     if parquet.exists():
-        return pq.read_table(parquet, schema=SCHEMA)
+        try:
+            return pq.read_table(parquet, schema=SCHEMA)
+        except (pa.ArrowException, OSError) as e:
+            raise SpecError(f"{parquet}: unreadable records ({_first_line(e)})") from None
     streams = sorted(run.glob("records*.arrows"))
     if not streams:
-        raise FileNotFoundError(f"{run}: no {PARQUET_NAME} or {STREAM_NAME} in this folder")
+        raise ConfigError(f"{run}: not a run folder (no {PARQUET_NAME} or {STREAM_NAME})")
     return pa.concat_tables([read_stream(p) for p in streams])
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = None) -> Path:
@@ -245,10 +252,34 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_run_meta(run_dir: Path) -> dict[str, Any]:
+    """A run folder's ``run.json``; a missing, unreadable or malformed one is a LoadgenError."""
     path = Path(run_dir) / "run.json"
-    if not path.exists():
+    if not path.is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no run.json)")
-    return orjson.loads(path.read_bytes())
+    try:
+        meta = orjson.loads(path.read_bytes())
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    except orjson.JSONDecodeError as e:
+        raise SpecError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise SpecError(f"{path}: expected a JSON object, found {type(meta).__name__}")
+    return meta
+
+
+def make_folder(path: Path, flag: str = "--out") -> Path:
+    """Create the folder a command writes to (parents too) and prove it is writable, before any
+    traffic: a file in the way or a read-only place is a ConfigError naming ``flag``."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".loadgen-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    return path
 
 
 def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen.errors import ConfigError
+
 __all__ = [
     "KINDS",
     "OPEN_KINDS",
@@ -34,11 +36,15 @@ _STREAM_TAG = 0x5C4ED01E
 # Gaps are drawn in blocks this big; draws are sequential in the generator, so the
 # block size never changes the result, only the memory held at once.
 _BLOCK = 1 << 16
-# A schedule longer than this is almost surely a typo (rate or duration).
+# A schedule longer than this is almost surely a typo (rate or duration); it is also
+# what one int64 array may hold here without a second thought (1.6 GB). A run has a
+# tighter cap of its own (client.settings.MAX_REQUESTS).
 MAX_REQUESTS = 200_000_000
+# Offsets are int64 nanoseconds: a duration must fit (292 years; a run caps it far lower).
+_MAX_DURATION_S = (2**63 - 1) / 1e9
 
 
-class ScheduleError(ValueError):
+class ScheduleError(ConfigError):
     """An arrival spec or schedule request that cannot be honoured."""
 
 
@@ -100,10 +106,6 @@ class Arrival:
                 )
         elif self.cv is not None:
             raise ScheduleError(f"cv applies only to gamma arrivals, not to {self.kind}")
-
-    @property
-    def is_open(self) -> bool:
-        return self.kind != "closed"
 
     def __str__(self) -> str:
         if self.kind == "closed":
@@ -176,7 +178,7 @@ def _bounds(arrival: Arrival, duration_s: float | None, count: int | None) -> tu
         n_max = int(count)
     limit_ns = -1
     if duration_s is not None:
-        if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s)) or (duration_s < 0):
+        if not (isinstance(duration_s, (int, float)) and 0 <= duration_s < _MAX_DURATION_S):
             raise ScheduleError(f"duration must be a finite number of seconds >= 0, got {duration_s!r}")
         limit_ns = round(duration_s * 1e9)
         expected = duration_s * arrival.rate  # type: ignore[operator]

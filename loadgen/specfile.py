@@ -21,7 +21,7 @@ import yaml
 
 from loadgen.errors import SpecError
 
-__all__ = ["LineDict", "Fields", "load_yaml", "apply_overrides", "OVERRIDE", "builtin_dir"]
+__all__ = ["LineDict", "Fields", "load_yaml", "read_text", "apply_overrides", "OVERRIDE", "builtin_dir"]
 
 OVERRIDE = 0  # "line" of a value set by an override
 _MISSING: Any = object()
@@ -64,24 +64,43 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 def load_yaml(path: Path, text: str | None = None) -> LineDict:
     """Parse one YAML document whose top level is a mapping."""
     if text is None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
-    loader = _Loader(text)
+        text = read_text(path)
+    try:
+        loader = _Loader(text)  # the reader checks every character here
+    except yaml.reader.ReaderError as e:  # a control character: most likely not a text file
+        line = text.count("\n", 0, e.position) + 1
+        raise SpecError(f"{path}:{line}: not a YAML text file (character {e.character:#04x})") from None
     loader.name = str(path)
     try:
         doc = loader.get_single_data()
     except yaml.MarkedYAMLError as e:
-        line = (e.problem_mark or e.context_mark).line + 1 if (e.problem_mark or e.context_mark) else 0
-        raise SpecError(f"{path}:{line}: invalid YAML: {e.problem or e.context}") from None
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 0
+        raise SpecError(f"{path}:{line}: invalid YAML: {_one_line(e.problem or e.context)}") from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: invalid YAML: {e}") from None
+        raise SpecError(f"{path}: invalid YAML: {_one_line(str(e))}") from None
     finally:
         loader.dispose()
     if not isinstance(doc, LineDict):
         raise SpecError(f"{path}:1: the spec must be a mapping of keys to values")
     return doc
+
+
+def read_text(path: Path) -> str:
+    """A spec file's text: UTF-8, or a ``SpecError`` that says where it is not."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())
 
 
 def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
@@ -183,12 +202,6 @@ class Fields:
             raise self.error(key, f"must be a string, not {value!r}")
         if choices is not None and value not in choices:
             raise self.error(key, f"{value!r}: use one of {', '.join(choices)}")
-        return value
-
-    def boolean(self, key: str, default: Any = _MISSING) -> Any:
-        value = self.raw(key, default)
-        if value is not None and not isinstance(value, bool):
-            raise self.error(key, f"must be true or false, not {value!r}")
         return value
 
     def strings(self, key: str, default: Any = _MISSING) -> Any:

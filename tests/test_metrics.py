@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json, validity_warnings
+from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json
 from loadgen.analysis.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, interval_histograms, timeseries
+from loadgen.analysis.validity import validity_warnings
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import SCHEMA, Record, to_batch
 

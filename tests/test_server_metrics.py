@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -167,7 +168,7 @@ TGI = "tgi_batch_current_size 3\ntgi_queue_size 1\ntgi_request_success 17\n"
         (TGI, "tgi", {"running": 3, "waiting": 1, "requests_finished_total": 17}),
     ],
 )
-def test_each_engine_maps_onto_the_normalized_series(text: str, engine: str, expected: dict) -> None:
+def test_each_engine_maps_onto_the_normalized_series(text: str, engine: str, expected: dict[str, float | None]) -> None:
     raw = parse_engine_metrics(text)
     assert detect_engine(raw) == engine
     norm = normalize(raw)
@@ -226,7 +227,7 @@ def test_load_skips_a_torn_last_line_and_reports_absence(tmp_path: Path) -> None
 
 
 def test_summarize_gives_counter_deltas_and_gauge_peaks() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"t_ns": 0, "running": 1.0, "waiting": 0.0, "generation_tokens_total": 100.0},
         {"t_ns": 10**9, "error": "HTTP 503"},
         {"t_ns": 2 * 10**9, "running": 3.0, "waiting": 2.0, "generation_tokens_total": 400.0},
@@ -248,7 +249,7 @@ async def _stream(http: aiohttp.ClientSession, url: str, n: int) -> None:
 
 
 def test_scraper_follows_the_simulator_through_a_burst(tmp_path: Path) -> None:
-    async def main() -> tuple[dict, list[dict]]:
+    async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         sim = SimServer(FixedModel(ttft_s=0.05, itl_s=0.01))
         url = await sim.start()
         try:
@@ -274,7 +275,7 @@ def test_scraper_follows_the_simulator_through_a_burst(tmp_path: Path) -> None:
 
 
 def test_scraper_is_off_when_nothing_answers(tmp_path: Path) -> None:
-    async def main() -> dict:
+    async def main() -> dict[str, Any]:
         scraper = ServerMetricsScraper(
             "http://127.0.0.1:9/metrics", interval_s=0.1, out_path=tmp_path / SERVER_METRICS_NAME, timeout_s=1.0
         )
@@ -288,7 +289,7 @@ def test_scraper_is_off_when_nothing_answers(tmp_path: Path) -> None:
 
 
 def test_a_server_that_dies_mid_run_gives_error_rows_not_a_crash(tmp_path: Path) -> None:
-    async def main() -> dict:
+    async def main() -> dict[str, Any]:
         sim = SimServer(FixedModel())
         url = await sim.start()
         scraper = ServerMetricsScraper(
@@ -308,7 +309,7 @@ def test_a_server_that_dies_mid_run_gives_error_rows_not_a_crash(tmp_path: Path)
 def test_an_unwritable_run_folder_turns_it_off_not_the_run(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
 
-    async def main() -> dict:
+    async def main() -> dict[str, Any]:
         sim = SimServer(FixedModel())
         url = await sim.start()
         try:
@@ -325,7 +326,7 @@ def test_an_unwritable_run_folder_turns_it_off_not_the_run(tmp_path: Path) -> No
 
 
 def test_a_non_metrics_answer_turns_it_off(tmp_path: Path) -> None:
-    async def main() -> dict:
+    async def main() -> dict[str, Any]:
         sim = SimServer(FixedModel())
         url = await sim.start()
         try:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from loadgen.errors import LoadgenError
+from loadgen.workload.base import Base
 from loadgen.workload.load import load_workload
 from loadgen.workload.tokenizer import BUILTIN, WORDS, HFTokenizer, get_tokenizer
 
@@ -72,17 +73,20 @@ tokens:
   tokenizer: {tok_path.name}
 """)
     w = load_workload(str(spec), salt="x")
+    assert isinstance(w, Base)
     tok = w.text.tokenizer
     assert isinstance(tok, HFTokenizer) and w.describe()["tokenizer_sha256"] == tok.sha256
     for i in range(5):
         s = w.session(i)
+        assert s.system is not None
         ctx = tok.count(s.system)
         assert ctx == 34  # 30 + the salt prefix
         for t in s.turns:
             assert t.prompt_tokens == ctx + tok.count(t.text)
             ctx = t.prompt_tokens + t.max_tokens
     # a tokenizer given to load_workload wins over the spec's
-    assert load_workload(str(spec), tokenizer=BUILTIN).text.tokenizer is BUILTIN
+    w = load_workload(str(spec), tokenizer=BUILTIN)
+    assert isinstance(w, Base) and w.text.tokenizer is BUILTIN
 
 
 def test_bad_tokenizer_paths_are_clear(tmp_path: Path) -> None:

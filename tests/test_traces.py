@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -22,7 +24,7 @@ def spec(tmp_path: Path, fmt: str, path: str, extra: str = "") -> str:
     return str(p)
 
 
-def write_lines(p: Path, rows: list) -> Path:
+def write_lines(p: Path, rows: Sequence[object]) -> Path:
     p.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
     return p
 
@@ -60,7 +62,8 @@ def test_window_speed_and_max_requests(tmp_path: Path) -> None:
     np.testing.assert_array_equal(w.offsets_ns(), [0, 250_000_000])  # rows at 1.0 and 1.5 s
     assert w.size == 2 and w.session(0).turns[0].prompt_tokens == 22
     w = load_workload(spec(tmp_path, "mooncake", "mc.jsonl", "max_requests: 3\noutput_tokens: 9\n"))
-    assert len(w.offsets_ns()) == 3 and w.session(2).turns[0].max_tokens == 9
+    offsets = w.offsets_ns()
+    assert offsets is not None and len(offsets) == 3 and w.session(2).turns[0].max_tokens == 9
     with pytest.raises(SpecError, match="start: no request"):
         load_workload(spec(tmp_path, "mooncake", "mc.jsonl", "start: 100\n"))
 
@@ -109,6 +112,9 @@ def test_azure_csv_with_datetimes_and_no_trailing_newline(tmp_path: Path) -> Non
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,48,10\n2023-11-16 18:17:04,x1,8\n"
     )
     with pytest.raises(SpecError, match=r"az\.csv:3: ContextTokens: not a number: 'x1'"):
+        load_workload(spec(tmp_path, "azure", "az.csv"))
+    (tmp_path / "az.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,48,10\n1,inf,8\n")
+    with pytest.raises(SpecError, match=r"az\.csv:3: ContextTokens: must be a whole number >= 0, not inf"):
         load_workload(spec(tmp_path, "azure", "az.csv"))
     (tmp_path / "az.csv").write_text("TIMESTAMP,Context\n2023-11-16 18:17:03.97,48\n")
     with pytest.raises(SpecError, match=r"az\.csv:1: missing column\(s\) ContextTokens, GeneratedTokens"):
@@ -191,7 +197,7 @@ def test_malformed_sharegpt_records_are_named(tmp_path: Path) -> None:
 # -- agentic (Weka / AgentX) ------------------------------------------------------------------
 
 
-def agent_session(name: str, base: int) -> dict:
+def agent_session(name: str, base: int) -> dict[str, Any]:
     sub = [
         {"t": 0.0, "type": "n", "in": 40, "out": 5, "hash_ids": [500, 501, 502], "think_time": 0.0},
         {"t": 3.0, "type": "n", "in": 60, "out": 6, "hash_ids": [500, 501, 502, 503], "think_time": 1.5},

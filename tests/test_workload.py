@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from loadgen.errors import ConfigError, SpecError
-from loadgen.workload.base import SyntheticChat
+from loadgen.workload.base import Base, SyntheticChat
 from loadgen.workload.load import builtin_specs, load_workload
 from loadgen.workload.session import Session
 from loadgen.workload.synthetic import RagWorkload
@@ -105,7 +105,7 @@ def test_builtin_synthetic_specs_build_consistent_sessions() -> None:
     } <= set(specs)
     for name in ("chat", "chat-multiturn", "rag", "agentic"):
         w = load_workload(name, seed=3)
-        assert w.describe()["kind"] == w.kind
+        assert isinstance(w, Base) and w.describe()["kind"] == w.kind
         orjson.dumps(w.describe())  # JSON-able for run.json
         for i in range(3):
             check_context(w.session(i))
@@ -142,7 +142,8 @@ def test_salt_is_a_shared_prefix_that_changes_per_point(tmp_path: Path) -> None:
     assert s0.system == s1.system  # shared within a load point
     assert s0.system != b.session(0).system  # cold for the next point
     assert session_bytes(s0) == session_bytes(a2.session(0))
-    assert s0.system.endswith(plain.session(0).system)
+    plain_system = plain.session(0).system
+    assert s0.system is not None and plain_system is not None and s0.system.endswith(plain_system)
     delta = [x.prompt_tokens - y.prompt_tokens for x, y in zip(s0.turns, plain.session(0).turns, strict=True)]
     assert delta == [PREFIX_TOKENS] * len(s0.turns)
     check_context(s0)
@@ -164,7 +165,7 @@ def test_agentic_sessions_have_growing_prefix_think_time_and_children(tmp_path: 
         assert len(t.children) == 2
         for c in t.children:
             assert len(c.turns) == 2 and BUILTIN.count(c.turns[0].text) == 20
-            assert BUILTIN.count(c.system) == 40
+            assert c.system is not None and BUILTIN.count(c.system) == 40
             child_systems.add(c.system)
     assert len(child_systems) == 1 and s.system not in child_systems
     # the children of different turns differ (their own streams)
@@ -185,6 +186,7 @@ def test_rag_documents_are_identical_wherever_reused(tmp_path: Path) -> None:
     w = load_workload(str(write(tmp_path, RAG)), seed=5)
     assert isinstance(w, RagWorkload)
     again = load_workload(str(write(tmp_path, RAG, "again.yaml")), seed=5)
+    assert isinstance(again, RagWorkload)
     holders: dict[int, list[int]] = {}
     for j in range(40):
         docs = w.docs(j)
@@ -206,6 +208,7 @@ def test_rag_documents_are_identical_wherever_reused(tmp_path: Path) -> None:
 
 def test_rag_zipf_popularity_and_sorted_order(tmp_path: Path) -> None:
     w = load_workload(str(write(tmp_path, RAG + "order: sorted\n")), seed=0)
+    assert isinstance(w, RagWorkload)
     counts = [0] * 50
     for j in range(600):
         docs = w.docs(j)
@@ -282,6 +285,7 @@ ERRORS = [
     ),
     ("kind: chatt\n", 1, "kind", "'chatt': use one of"),
     ("kind: chat\noutput: 5\n", 1, "input", "required"),
+    ("kind: agentic\nturns: 2\ntool_result: 1\noutput: 1\n", 1, "first", "required"),
     ("kind: chat\ninput: {type: uniform, low: 9, high: 3}\noutput: 5\n", 2, "input.high", "must be >= low"),
     ("kind: chat\ninput: 5\noutput: {type: gamma, mean: 3}\n", 3, "output.type", "'gamma': use one of"),
     ("kind: chat\ninput: 5.5\noutput: 5\n", 2, "input", "must be a whole number"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 import pytest
@@ -14,6 +15,8 @@ from loadgen.client.calibrate import calibrate, fit
 from loadgen.errors import EndpointError
 from loadgen.workload.load import load_workload
 from loadgen.workload.tokenizer import BUILTIN
+
+T = TypeVar("T")
 
 
 def server_app(*, tokenize: bool, usage: bool) -> web.Application:
@@ -44,8 +47,8 @@ def server_app(*, tokenize: bool, usage: bool) -> web.Application:
     return app
 
 
-def with_server(app: web.Application, fn: Callable[[str], Awaitable]) -> object:
-    async def main() -> object:
+def with_server(app: web.Application, fn: Callable[[str], Awaitable[T]]) -> T:
+    async def main() -> T:
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

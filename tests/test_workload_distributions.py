@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.workload.distributions import Empirical, Fixed, LogNormal, Normal, Uniform
+from loadgen.workload.distributions import Distribution, Empirical, Fixed, LogNormal, Normal, Uniform
 from loadgen.workload.text import rng
 
 bounds = st.tuples(st.none() | st.integers(1, 500), st.none() | st.integers(1, 5000))
 
 
-def dists(lo: int | None, hi: int | None) -> list:
+def dists(lo: int | None, hi: int | None) -> list[Distribution]:
     return [
         Fixed(value=100, min=lo, max=hi),
         Uniform(low=1, high=3000, min=lo, max=hi),
@@ -27,7 +27,7 @@ def dists(lo: int | None, hi: int | None) -> list:
 
 @settings(max_examples=40, deadline=None)
 @given(bounds, st.integers(0, 2**63))
-def test_token_counts_are_whole_at_least_one_and_clipped(b: tuple, seed: int) -> None:
+def test_token_counts_are_whole_at_least_one_and_clipped(b: tuple[int | None, int | None], seed: int) -> None:
     lo, hi = b
     if lo is not None and hi is not None and lo > hi:
         lo, hi = hi, lo

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen.workload.tokenizer import WORDS
 
@@ -118,8 +119,8 @@ def _weights(spec: TinySpec, n_vocab: int, banned: list[int]) -> dict[str, np.nd
     head_dim = spec.n_embd // spec.n_head
     kv = spec.n_head_kv * head_dim
 
-    def mat(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+    def mat(rows: int, cols: int) -> npt.NDArray[np.float32]:
+        return (rng.standard_normal((rows, cols)) / float(np.sqrt(cols))).astype(np.float32)
 
     ones = np.ones(spec.n_embd, dtype=np.float32)
     w = {

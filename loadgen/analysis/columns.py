@@ -8,12 +8,19 @@ code: the definitions of DESIGN.md live in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
-__all__ = ["Cols", "ms", "gaps", "itl_icl", "int_column"]
+__all__ = ["Cols", "Floats", "Ints", "Mask", "Objects", "ms", "gaps", "itl_icl", "int_column"]
+
+Ints: TypeAlias = NDArray[np.int64]  # nanoseconds, token counts, row numbers
+Floats: TypeAlias = NDArray[np.float64]  # milliseconds, rates
+Mask: TypeAlias = NDArray[np.bool_]  # per row or per chunk: selected or valid
+Objects: TypeAlias = NDArray[np.object_]  # a string column (None where null)
 
 
 @dataclass
@@ -21,19 +28,19 @@ class Cols:
     """The table's columns as numpy arrays (ints with a validity mask, never NaN)."""
 
     n: int
-    t_sched: np.ndarray
-    t: dict[str, tuple[np.ndarray, np.ndarray]]  # t_sent/t_first/t_last/t_done -> (ns, valid)
-    status: np.ndarray
-    ok: np.ndarray
-    out: np.ndarray
-    ints: dict[str, tuple[np.ndarray, np.ndarray]]
-    source: np.ndarray
-    finish: np.ndarray
-    error: np.ndarray
-    c_owner: np.ndarray  # per output-carrying chunk: its row
-    c_ns: np.ndarray
-    c_tok: np.ndarray
-    c_len: np.ndarray  # per row: number of chunks
+    t_sched: Ints
+    t: dict[str, tuple[Ints, Mask]]  # t_sent/t_first/t_last/t_done -> (ns, valid)
+    status: Objects
+    ok: Mask
+    out: Ints
+    ints: dict[str, tuple[Ints, Mask]]
+    source: Objects
+    finish: Objects
+    error: Objects
+    c_owner: Ints  # per output-carrying chunk: its row
+    c_ns: Ints
+    c_tok: Ints
+    c_len: Ints  # per row: number of chunks
 
     @classmethod
     def of(cls, table: pa.Table) -> Cols:
@@ -65,24 +72,29 @@ class Cols:
         )
 
 
-def int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+def int_column(table: pa.Table, name: str) -> tuple[Ints, Mask]:
+    """An integer column as (values with nulls as 0, validity)."""
     col = table.column(name)
-    valid = np.asarray(col.is_valid().to_numpy(), dtype=bool)
-    return np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=np.int64), valid
+    valid = np.asarray(col.is_valid().to_numpy(), dtype=np.bool_)
+    return _ints(col), valid
 
 
-def _strings(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(), dtype=object)
+def _ints(col: pa.ChunkedArray[Any] | pa.Array[Any]) -> Ints:
+    """Nulls as 0 (the validity mask says which were null)."""
+    return np.asarray(pc.fill_null(col, pa.scalar(0, col.type)).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _list_col(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _strings(table: pa.Table, name: str) -> Objects:
+    return np.asarray(table.column(name).to_numpy(), dtype=np.object_)
+
+
+def _list_col(table: pa.Table, name: str) -> tuple[Ints, Ints]:
+    """A list column as (flattened values, per-row length; a null list has length 0)."""
     arr = table.column(name).combine_chunks()
-    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
-    vals = np.asarray(pc.fill_null(arr.flatten(), 0).to_numpy(), dtype=np.int64)
-    return vals, lens
+    return _ints(pc.list_flatten(arr)), _ints(pc.list_value_length(arr))
 
 
-def _chunks(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _chunks(table: pa.Table) -> tuple[Ints, Ints, Ints, Ints]:
     """Flattened chunk arrays. A row whose token list does not match its arrival
     list (a malformed record) falls back to one token per chunk."""
     ns, lens = _list_col(table, "chunk_ns")
@@ -98,7 +110,7 @@ def _chunks(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return owner, ns, tok, lens
 
 
-def gaps(owner: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gaps(owner: Ints, ns: Ints) -> tuple[Ints, Mask]:
     """(gap to the previous chunk of the same request, mask of chunks that have one)."""
     has_prev = np.zeros(owner.size, dtype=bool)
     has_prev[1:] = owner[1:] == owner[:-1]
@@ -107,12 +119,12 @@ def gaps(owner: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return gap, has_prev
 
 
-def ms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def ms(a: Ints, b: Ints) -> Floats:
     """(a - b) in ms; the int64 difference is taken first so ns precision is kept."""
     return (a - b).astype(np.float64) / 1e6
 
 
-def itl_icl(c: Cols, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def itl_icl(c: Cols, rows: Mask) -> tuple[Floats, Floats]:
     """ITL: a chunk of k tokens arriving g after the previous token-carrying chunk
     gives k samples of g/k (zero-token chunks are skipped, so their time goes to
     the next token). ICL: raw gaps between consecutive output chunks."""

@@ -4,10 +4,9 @@ The engine only times and records; this module is the one place where records
 become numbers, so a report can always be re-rendered from a run folder. Inputs
 are Arrow tables with ``records.SCHEMA`` (one run, or one load point of a sweep).
 Columns are converted to numpy once and everything is vectorised, including the
-per-chunk list columns, so a million-request run summarises in seconds.
-
-The measurement window (``Window``, ``choose_window``, ``MetricsError``) is
-chosen in ``window`` and importable from here.
+per-chunk list columns, so a million-request run summarises in seconds
+(``benchmarks/analysis_speed.py`` measures it). The measurement window is chosen
+in ``window``.
 
 Conventions: latencies are in milliseconds; only ``ok`` requests enter latency
 distributions (failed, cancelled and partial requests are counted, never mixed
@@ -23,20 +22,21 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, itl_icl, ms
-from loadgen.analysis.stats import Dist, describe, json_number, min_samples_bounded
+from loadgen.analysis.columns import Cols, Floats, Mask, Objects, itl_icl, ms
+from loadgen.analysis.stats import Dist, describe, json_number
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import STATUSES
 
-__all__ = ["SLO", "Summary", "summarize", "validity_warnings", "summary_to_json", "latency_samples"]
+__all__ = ["SLO", "Summary", "summarize", "summary_to_json", "latency_samples"]
 
 _EXAMPLES = 5
 _ERROR_CHARS = 160
 _EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
 
 
-def latency_samples(table: pa.Table, window: Window) -> dict[str, np.ndarray]:
+def latency_samples(table: pa.Table, window: Window) -> dict[str, Floats]:
     """Sorted TTFT (per request) and ITL (per token) samples in ms of the ok requests scheduled
     in ``window``: exactly what ``summarize`` folds into its percentiles (for CDF charts)."""
     c = Cols.of(table)
@@ -64,7 +64,7 @@ class SLO:
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise MetricsError(f"SLO {f.name} must be a finite number > 0, got {v!r}")
 
-    def met(self, ttft_ms: np.ndarray, tpot_ms: np.ndarray, e2e_ms: np.ndarray) -> np.ndarray:
+    def met(self, ttft_ms: Floats, tpot_ms: Floats, e2e_ms: Floats) -> Mask:
         """Per request: every given bound met. NaN TTFT or E2E (no first token, not
         finished) is a miss; NaN TPOT (fewer than 2 tokens) leaves that bound moot."""
         ok = np.ones(np.shape(ttft_ms), dtype=bool)
@@ -153,40 +153,9 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
     """Fold the records into a Summary; the window defaults to the whole schedule span."""
     c = Cols.of(table)
     w = window if window is not None else choose_window(table)
-    length = w.length_s
     inwin = w.contains(c.t_sched)
     okw = inwin & c.ok
-    (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
-        c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
-    )
-    # Per-request latencies of every ok request (goodput also counts requests
-    # scheduled before the window that finish inside it); Dists take the window's.
-    nan = np.full(c.n, np.nan)
-    a_ttft = c.ok & has_first & (c.out >= 1)
-    a_e2e = c.ok & has_done
-    a_tpot = c.ok & has_first & has_last & (c.out >= 2)
-    ttft, e2e, tpot = nan.copy(), nan.copy(), nan.copy()
-    ttft[a_ttft] = ms(first[a_ttft], c.t_sched[a_ttft])
-    e2e[a_e2e] = ms(done[a_e2e], c.t_sched[a_e2e])
-    tpot[a_tpot] = ms(last[a_tpot], first[a_tpot]) / (c.out[a_tpot] - 1)
-    m_ttft, m_e2e, m_tpot = a_ttft & inwin, a_e2e & inwin, a_tpot & inwin
-    m_lag = inwin & has_sent
-    m_ts = m_ttft & has_sent
-    itl, icl = itl_icl(c, okw)
-    tp = tpot[m_tpot]
-
-    chunk_in = w.contains(c.c_ns)
-    out_all = int(c.c_tok[chunk_in].sum())
-    out_ok = int(c.c_tok[chunk_in & c.ok[c.c_owner]].sum())
-    prompt_in = _prompt_tokens(c, inwin)
-
-    goodput = met_n = attain = None
-    if slo is not None:
-        met = c.ok & slo.met(ttft, tpot, e2e)
-        goodput = _rate(int((met & has_done & w.contains(done)).sum()), length)
-        met_n = int((met & inwin).sum())
-        attain = _pct(met_n, int(inwin.sum()))
-
+    lat = _Latencies.of(c)
     counts = _status_counts(c.status[inwin])
     n_in = int(inwin.sum())
     return Summary(
@@ -200,30 +169,97 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
         ok=counts.get("ok", 0),
         failed=n_in - counts.get("ok", 0) - counts.get("cancelled", 0),
         cancelled=counts.get("cancelled", 0),
-        window_s=length,
+        window_s=w.length_s,
+        success_pct=_pct(counts.get("ok", 0), n_in),
+        **_latency_fields(c, lat, inwin, okw),
+        **_throughput_fields(c, w, inwin),
+        **_slo_fields(c, lat, w, inwin, slo),
+        **_token_fields(c, inwin, okw),
+        **_error_fields(c, inwin),
+    )
+
+
+@dataclass(frozen=True)
+class _Latencies:
+    """Per-request TTFT, E2E and TPOT in ms of every ok request (NaN where a request has none).
+
+    Kept for all rows, not only the window's: goodput also counts requests scheduled
+    before the window that finish inside it. ``has_*`` say which rows have the figure.
+    """
+
+    ttft: Floats
+    e2e: Floats
+    tpot: Floats
+    has_ttft: Mask
+    has_e2e: Mask
+    has_tpot: Mask
+
+    @classmethod
+    def of(cls, c: Cols) -> _Latencies:
+        (first, has_first), (last, has_last), (done, has_done) = (c.t[k] for k in ("t_first", "t_last", "t_done"))
+        has_ttft = c.ok & has_first & (c.out >= 1)
+        has_e2e = c.ok & has_done
+        has_tpot = c.ok & has_first & has_last & (c.out >= 2)
+        nan = np.full(c.n, np.nan)
+        ttft, e2e, tpot = nan.copy(), nan.copy(), nan.copy()
+        ttft[has_ttft] = ms(first[has_ttft], c.t_sched[has_ttft])
+        e2e[has_e2e] = ms(done[has_e2e], c.t_sched[has_e2e])
+        tpot[has_tpot] = ms(last[has_tpot], first[has_tpot]) / (c.out[has_tpot] - 1)
+        return cls(ttft, e2e, tpot, has_ttft, has_e2e, has_tpot)
+
+
+def _latency_fields(c: Cols, lat: _Latencies, inwin: Mask, okw: Mask) -> dict[str, Any]:
+    """The latency Dists: the window's ok requests (schedule lag: every request sent)."""
+    (sent, has_sent), (first, _) = c.t["t_sent"], c.t["t_first"]
+    m_lag = inwin & has_sent
+    m_ttft = lat.has_ttft & inwin
+    m_ts = m_ttft & has_sent
+    itl, icl = itl_icl(c, okw)
+    tp = lat.tpot[lat.has_tpot & inwin]
+    return dict(
         schedule_lag=describe(ms(sent[m_lag], c.t_sched[m_lag])),
-        ttft=describe(ttft[m_ttft]),
+        ttft=describe(lat.ttft[m_ttft]),
         ttft_sent=describe(ms(first[m_ts], sent[m_ts])),
-        e2e=describe(e2e[m_e2e]),
+        e2e=describe(lat.e2e[lat.has_e2e & inwin]),
         tpot=describe(tp),
         itl=describe(itl),
         icl=describe(icl),
         per_user_tps=describe(1000.0 / tp[tp > 0]),
+    )
+
+
+def _throughput_fields(c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
+    """Tokens whose chunks arrived in the window, and request rates, per second of it."""
+    (sent, has_sent), (done, has_done) = c.t["t_sent"], c.t["t_done"]
+    length = w.length_s
+    chunk_in = w.contains(c.c_ns)
+    out_all = int(c.c_tok[chunk_in].sum())
+    out_ok = int(c.c_tok[chunk_in & c.ok[c.c_owner]].sum())
+    prompt_in = _prompt_tokens(c, inwin)
+    return dict(
         output_tokens_in_window=out_all,
         output_tokens_in_window_ok=out_ok,
         output_tps=_rate(out_all, length),
         output_tps_ok=_rate(out_ok, length),
         prompt_tokens_in_window=prompt_in,
         total_tps=_rate(out_all + prompt_in, length),
-        offered_rps=_rate(n_in, length),
+        offered_rps=_rate(int(inwin.sum()), length),
         sent_rps=_rate(int((has_sent & w.contains(sent)).sum()), length),
         completed_rps=_rate(int((c.ok & has_done & w.contains(done)).sum()), length),
-        goodput_rps=goodput,
+    )
+
+
+def _slo_fields(c: Cols, lat: _Latencies, w: Window, inwin: Mask, slo: SLO | None) -> dict[str, Any]:
+    """Goodput (ok, done in the window, every bound met) and attainment; None without an SLO."""
+    if slo is None:
+        return dict(goodput_rps=None, slo_met=None, slo_attainment_pct=None)
+    done, has_done = c.t["t_done"]
+    met = c.ok & slo.met(lat.ttft, lat.tpot, lat.e2e)
+    met_n = int((met & inwin).sum())
+    return dict(
+        goodput_rps=_rate(int((met & has_done & w.contains(done)).sum()), w.length_s),
         slo_met=met_n,
-        slo_attainment_pct=attain,
-        success_pct=_pct(counts.get("ok", 0), n_in),
-        **_token_fields(c, inwin, okw),
-        **_error_fields(c, inwin),
+        slo_attainment_pct=_pct(met_n, int(inwin.sum())),
     )
 
 
@@ -235,11 +271,11 @@ def _pct(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else math.nan
 
 
-def _mean(x: np.ndarray) -> float:
+def _mean(x: NDArray[np.int64]) -> float:
     return float(np.mean(x)) if x.size else math.nan
 
 
-def _prompt_tokens(c: Cols, rows: np.ndarray) -> int:
+def _prompt_tokens(c: Cols, rows: Mask) -> int:
     """Prompt tokens processed: the endpoint's reported count where given (it says it
     read them, whatever the outcome), else the requested count for ok requests."""
     req, has_req = c.ints["prompt_tokens_requested"]
@@ -249,7 +285,7 @@ def _prompt_tokens(c: Cols, rows: np.ndarray) -> int:
     return int(rep[use_rep].sum() + req[use_req].sum())
 
 
-def _token_fields(c: Cols, inwin: np.ndarray, okw: np.ndarray) -> dict[str, Any]:
+def _token_fields(c: Cols, inwin: Mask, okw: Mask) -> dict[str, Any]:
     req, has_req = c.ints["prompt_tokens_requested"]
     rep, has_rep = c.ints["prompt_tokens_reported"]
     both = inwin & has_req & has_rep
@@ -274,7 +310,7 @@ def _token_fields(c: Cols, inwin: np.ndarray, okw: np.ndarray) -> dict[str, Any]
     )
 
 
-def _error_fields(c: Cols, inwin: np.ndarray) -> dict[str, Any]:
+def _error_fields(c: Cols, inwin: Mask) -> dict[str, Any]:
     bad = inwin & ~c.ok
     http, has_http = c.ints["http_status"]
     http_keys = np.where(has_http[bad], http[bad].astype(str), "none")
@@ -297,56 +333,14 @@ def _error_fields(c: Cols, inwin: np.ndarray) -> dict[str, Any]:
     )
 
 
-def _counts(values: np.ndarray, none: str) -> dict[str, int]:
+def _counts(values: Objects, none: str) -> dict[str, int]:
     return dict(sorted(Counter(none if v is None else str(v) for v in values).items()))
 
 
-def _status_counts(status: np.ndarray) -> dict[str, int]:
+def _status_counts(status: Objects) -> dict[str, int]:
     found = _counts(status, none="none")
     out = {s: found.pop(s, 0) for s in STATUSES}
     out.update(found)  # unknown statuses are kept, not dropped
-    return out
-
-
-# --------------------------------------------------------------------------- validity
-
-
-def validity_warnings(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[str]:
-    """Reasons a reader should distrust or qualify this result, in plain words."""
-    s, out = summary, []
-    lag99 = s.schedule_lag.pct(99)[0]
-    if lag99 > lag_p99_limit_ms:
-        out.append(
-            f"schedule lag p99 is {lag99:.1f} ms (limit {lag_p99_limit_ms:g} ms): "
-            "the client fell behind its schedule; result suspect"
-        )
-    if s.ok == 0 and s.requests:
-        out.append(f"no request succeeded out of {s.requests} in the window")
-    for name, d in (("TTFT", s.ttft), ("TPOT", s.tpot), ("E2E", s.e2e)):
-        need = max(min_samples, min_samples_bounded(99, d.confidence))
-        if 0 < d.n < need:
-            out.append(
-                f"only {d.n} {name} samples: a p99 with a bounded {d.confidence:.0%} interval needs at least {need}"
-            )
-    if s.token_mismatch:
-        out.append(f"{s.token_mismatch} requests: reported output tokens differ from the streamed count")
-    if s.prompt_compared and abs(s.prompt_gap_pct) > 10:
-        out.append(
-            f"prompt tokens reported differ from requested by {s.prompt_gap_pct:+.1f} % "
-            "(tokenizer mismatch? prompts are not the size intended)"
-        )
-    if s.output_short:
-        out.append(
-            f"{s.output_short} of {s.ok} ok requests ended before max_tokens "
-            "(is ignore_eos honoured?); shorter outputs flatter latency"
-        )
-    if s.single_burst:
-        out.append(f"{s.single_burst} responses arrived in one chunk (buffered, not streamed?)")
-    if s.failed:
-        detail = ", ".join(f"{k} {v}" for k, v in s.errors_by_status.items() if k != "cancelled")
-        out.append(f"{s.failed} of {s.requests} requests failed ({detail})")
-    if s.cancelled:
-        out.append(f"{s.cancelled} requests were cancelled (still in flight at stop)")
     return out
 
 

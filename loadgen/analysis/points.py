@@ -9,10 +9,9 @@ re-rendered later from the records.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -20,10 +19,12 @@ import pyarrow.compute as pc
 from scipy import stats as _sps
 
 from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo
-from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
+from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
 from loadgen.analysis.run_summary import client_warnings, simulator_warnings
 from loadgen.analysis.saturation import first_saturated, observe
+from loadgen.analysis.stats import rate_ci
+from loadgen.analysis.validity import compact_warnings, validity_warnings
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import read_records, read_run_meta
 
@@ -31,15 +32,15 @@ __all__ = [
     "PointFigures",
     "RunAnalysis",
     "analyze_run",
-    "rate_ci",
+    "ArrivalJson",
+    "PointJson",
+    "SLOJson",
     "slo_from_json",
     "slo_to_json",
-    "compact_warnings",
     "point_window",
 ]
 
 _BATCHES = 8  # batch means for the throughput interval
-_FEW = re.compile(r"^only (\d+) (\S+) samples: a p99 with a bounded (\S+) interval needs at least (\d+)$")
 
 
 @dataclass
@@ -101,6 +102,8 @@ class PointFigures:
 
 @dataclass
 class RunAnalysis:
+    """A run folder judged as load points: each point's figures, the frontier, capacity, run warnings."""
+
     run_dir: Path
     meta: dict[str, Any]
     points: list[PointFigures]
@@ -130,7 +133,42 @@ class RunAnalysis:
         return next((p for p in self.points if p.rate == capacity_rate), None) if capacity_rate else None
 
 
-def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> dict[str, Any] | None:
+class SLOJson(TypedDict):
+    """An SLO as run.json and summary.json hold it (bounds in ms; None: not checked)."""
+
+    name: str
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    target_pct: float
+
+
+class ArrivalJson(TypedDict, total=False):
+    """A point's arrival in run.json: ``Arrival``'s fields and its label."""
+
+    kind: str  # "constant" | "poisson" | "gamma" | "closed"
+    rate: float | None
+    cv: float | None
+    concurrency: int | None
+    label: str
+
+
+class PointJson(TypedDict, total=False):
+    """One entry of run.json's "points" (a sweep writes one per point; a single run is read as one)."""
+
+    index: int
+    phase: str  # "list" | "ramp" | "spread" | "bisect"; "run" for a single run
+    why: str
+    duration_s: float
+    arrival: ArrivalJson
+    warmup_s: float
+    cooldown_s: float
+    lag_limit_ms: float
+    salt: str
+    client: dict[str, Any]  # the client's own health figures (see run_summary.client_warnings)
+
+
+def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> SLOJson | None:
     if slo is None:
         return None
     return {
@@ -142,7 +180,8 @@ def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> di
     }
 
 
-def slo_from_json(d: dict[str, Any] | None) -> tuple[SLO | None, str, float]:
+def slo_from_json(d: SLOJson | None) -> tuple[SLO | None, str, float]:
+    """(SLO, name, target %) from ``slo_to_json``'s shape; no SLO recorded gives (None, "", 99)."""
     if not d:
         return None, "", 99.0
     return (
@@ -150,16 +189,6 @@ def slo_from_json(d: dict[str, Any] | None) -> tuple[SLO | None, str, float]:
         str(d.get("name") or ""),
         float(d.get("target_pct") or 99.0),
     )
-
-
-def rate_ci(count: int, seconds: float, confidence: float = 0.95) -> tuple[float, float]:
-    """Exact (Garwood) Poisson interval of a rate from a count in a window."""
-    if not seconds > 0:
-        return (math.nan, math.nan)
-    a = 1 - confidence
-    lo = float(_sps.chi2.ppf(a / 2, 2 * count)) / 2 if count > 0 else 0.0
-    hi = float(_sps.chi2.ppf(1 - a / 2, 2 * count + 2)) / 2
-    return (lo / seconds, hi / seconds)
 
 
 def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tuple[float, float]:
@@ -195,15 +224,48 @@ def point_window(
         return choose_window(table), f"{e}; {verb} the whole point, warm-up included"
 
 
-def _point_meta(meta: dict[str, Any], table: pa.Table) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Judging:
+    """How a run is judged: the options given, else what run.json recorded."""
+
+    slo: SLO | None
+    slo_name: str
+    target_pct: float
+    gpus: float | None
+    prices: dict[str, float]
+    lag_limit_ms: float
+
+
+def _judging(
+    meta: dict[str, Any],
+    slo: SLO | None,
+    slo_name: str | None,
+    target_pct: float | None,
+    gpus: float | None,
+    prices: dict[str, float] | None,
+    lag_limit_ms: float | None,
+) -> _Judging:
+    sw = meta.get("sweep") or {}
+    saved_slo, saved_name, saved_target = slo_from_json(sw.get("slo") or meta.get("slo"))
+    return _Judging(
+        slo=slo if slo is not None else saved_slo,
+        slo_name=slo_name if slo_name is not None else saved_name,
+        target_pct=target_pct if target_pct is not None else saved_target,
+        gpus=gpus if gpus is not None else sw.get("gpus"),
+        prices=prices if prices is not None else dict(sw.get("prices") or {}),
+        lag_limit_ms=lag_limit_ms if lag_limit_ms is not None else meta.get("settings", {}).get("lag_limit_ms", 10.0),
+    )
+
+
+def _point_meta(meta: dict[str, Any]) -> list[PointJson]:
+    """run.json's points; a single run is one point over the whole table, with the run's settings."""
     if "points" in meta:
         return list(meta["points"])
     s = meta.get("settings", {})
-    arr = s.get("arrival", {})
     return [
         {
             "index": 0,
-            "arrival": arr,
+            "arrival": s.get("arrival", {}),
             "phase": "run",
             "warmup_s": s.get("warmup_s", 0.0),
             "cooldown_s": s.get("cooldown_s", 0.0),
@@ -226,83 +288,66 @@ def analyze_run(
     """Every point's figures from the records; options default to what run.json recorded."""
     run_dir = Path(run_dir)
     meta = read_run_meta(run_dir)
-    sw = meta.get("sweep") or {}
-    saved_slo, saved_name, saved_target = slo_from_json(sw.get("slo") or meta.get("slo"))
-    slo = slo if slo is not None else saved_slo
-    slo_name = slo_name if slo_name is not None else saved_name
-    target = target_pct if target_pct is not None else saved_target
-    gpus = gpus if gpus is not None else sw.get("gpus")
-    prices = prices if prices is not None else dict(sw.get("prices") or {})
-    limit = lag_limit_ms if lag_limit_ms is not None else meta.get("settings", {}).get("lag_limit_ms", 10.0)
+    how = _judging(meta, slo, slo_name, target_pct, gpus, prices, lag_limit_ms)
     table = table if table is not None else read_records(run_dir)
-    points = []
-    for pm in _point_meta(meta, table):
-        k = int(pm["index"])
-        sub = table.filter(pc.equal(table.column("point"), k)) if "points" in meta else table
-        points.append(_figures(k, pm, sub, slo, gpus, prices, limit))
+    points = _all_figures(meta, table, how)
     front = frontier([p.x for p in points], [p.y for p in points])
     for i in front:
         points[i].on_frontier = True
-    capacity = None
     open_pts = [p for p in points if p.rate is not None]
-    if slo is not None and open_pts:
-        capacity = capacity_at_slo(
-            [(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts if p.rate is not None], target
-        )
-    warnings = client_warnings(meta) + simulator_warnings(meta)
-    if sw and not sw.get("point_salt", True):
-        warnings.append(
-            "per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
-            "from one load point into the next, which flatters later points"
-        )
+    sw = meta.get("sweep") or {}
     return RunAnalysis(
-        run_dir,
-        meta,
-        points,
-        front,
-        slo,
-        slo_name,
-        target,
-        gpus,
-        prices,
-        capacity,
-        _saturation(open_pts),
-        warnings,
-        table,
-        sw.get("point_salt") if sw else None,
-        sw.get("search_end"),
+        run_dir=run_dir,
+        meta=meta,
+        points=points,
+        frontier=front,
+        slo=how.slo,
+        slo_name=how.slo_name,
+        target_pct=how.target_pct,
+        gpus=how.gpus,
+        prices=how.prices,
+        capacity=_capacity(open_pts, how),
+        saturation=_saturation(open_pts),
+        warnings=_run_warnings(meta),
+        table=table,
+        point_salt=sw.get("point_salt") if sw else None,
+        search_end=sw.get("search_end"),
     )
 
 
-def _figures(
-    k: int,
-    pm: dict[str, Any],
-    table: pa.Table,
-    slo: SLO | None,
-    gpus: float | None,
-    prices: dict[str, float],
-    lag_limit_ms: float,
-) -> PointFigures:
+def _all_figures(meta: dict[str, Any], table: pa.Table, how: _Judging) -> list[PointFigures]:
+    """Each point's figures from its own rows (a sweep's ``point`` column says whose)."""
+    sweep = "points" in meta
+    out = []
+    for pm in _point_meta(meta):
+        k = int(pm["index"])
+        rows = table.filter(pc.equal(table.column("point"), pa.scalar(k))) if sweep else table
+        out.append(_figures(k, pm, rows, how))
+    return out
+
+
+def _figures(k: int, pm: PointJson, table: pa.Table, how: _Judging) -> PointFigures:
     arr = pm.get("arrival", {})
     window, problem = point_window(table, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))
-    s = summarize(table, window, slo)
+    s = summarize(table, window, how.slo)
     att = gp = None
-    if slo is not None and s.slo_met is not None:
+    if how.slo is not None and s.slo_met is not None:
         att = attainment_interval(s.slo_met, s.requests, 0.975)  # two one-sided 97.5% = a 95% interval
         good = round((s.goodput_rps or 0.0) * s.window_s) if s.window_s > 0 else 0
         gp = rate_ci(good, s.window_s)
-    costs = {name: cost_per_million(s.output_tps, price, gpus or 1.0) for name, price in prices.items()}
-    warns = validity_warnings(s, lag_p99_limit_ms=lag_limit_ms) if s.requests else ["no requests in the window"]
+    costs = {name: cost_per_million(s.output_tps, price, how.gpus or 1.0) for name, price in how.prices.items()}
+    warns = validity_warnings(s, lag_p99_limit_ms=how.lag_limit_ms) if s.requests else ["no requests in the window"]
     warns = compact_warnings(warns) + ([problem] if problem else [])
+    closed = arr.get("kind") == "closed"
     return PointFigures(
         index=k,
         label=str(arr.get("label", "")),
         phase=str(pm.get("phase", "")),
-        rate=arr.get("rate") if arr.get("kind") != "closed" else None,
-        concurrency=arr.get("concurrency") if arr.get("kind") == "closed" else None,
+        rate=arr.get("rate") if not closed else None,
+        concurrency=arr.get("concurrency") if closed else None,
         summary=s,
         output_tps_ci=_throughput_ci(table, s.window),
-        gpus=gpus,
+        gpus=how.gpus,
         attainment_ci=att,
         goodput_ci=gp,
         costs=costs,
@@ -310,15 +355,25 @@ def _figures(
     )
 
 
-def compact_warnings(warnings: list[str]) -> list[str]:
-    """Fold the per-metric "only N samples" lines of one point into one line; others pass unchanged."""
-    few = [m for w in warnings if (m := _FEW.match(w))]
-    if len(few) < 2:
-        return list(warnings)
-    rest = [w for w in warnings if not _FEW.match(w)]
-    counts = ", ".join(f"{m.group(1)} {m.group(2)}" for m in few)
-    need = max(int(m.group(4)) for m in few)
-    return [f"only {counts} samples: a p99 with a bounded {few[0].group(3)} interval needs at least {need}", *rest]
+def _capacity(open_pts: list[PointFigures], how: _Judging) -> Capacity | None:
+    """Capacity at SLO over the open-loop points (None without an SLO or any such point)."""
+    if how.slo is None or not open_pts:
+        return None
+    return capacity_at_slo(
+        [(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts if p.rate is not None], how.target_pct
+    )
+
+
+def _run_warnings(meta: dict[str, Any]) -> list[str]:
+    """What may have distorted the whole run: the client, the simulator, carried prefix caches."""
+    warnings = client_warnings(meta) + simulator_warnings(meta)
+    sw = meta.get("sweep") or {}
+    if sw and not sw.get("point_salt", True):
+        warnings.append(
+            "per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
+            "from one load point into the next, which flatters later points"
+        )
+    return warnings
 
 
 def _saturation(points: list[PointFigures]) -> str | None:

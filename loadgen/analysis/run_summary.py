@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json, validity_warnings
+from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
 from loadgen.analysis.timeseries import timeseries
+from loadgen.analysis.validity import validity_warnings
 from loadgen.analysis.window import choose_window
 from loadgen.records import read_records, read_run_meta, write_json
 

@@ -11,24 +11,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as _sps
 
 __all__ = [
     "PERCENTILES",
     "Dist",
+    "DistJson",
+    "PercentileJson",
     "describe",
     "percentile_ci",
     "mean_ci",
     "binomial_min_samples",
     "min_samples_bounded",
+    "rate_ci",
     "pct_key",
     "json_number",
+    "JsonNumber",
 ]
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+
+JsonNumber: TypeAlias = float | int | str | None  # what ``json_number`` writes
 
 _NAN = float("nan")
 _INF = float("inf")
@@ -52,7 +59,7 @@ def _nearest_rank(n: int, q: float) -> int:
     return max(math.ceil(round(q * n, 9)), 1) - 1
 
 
-def percentile_ci(sorted_values: np.ndarray, p: float, confidence: float = 0.95) -> tuple[float, float, float]:
+def percentile_ci(sorted_values: ArrayLike, p: float, confidence: float = 0.95) -> tuple[float, float, float]:
     """(estimate, lower, upper) of the p-th percentile of sorted data.
 
     The estimate is the nearest-rank order statistic (numpy's "inverted_cdf"):
@@ -83,7 +90,7 @@ def percentile_ci(sorted_values: np.ndarray, p: float, confidence: float = 0.95)
     return (est, lo, hi)
 
 
-def mean_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+def mean_ci(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
     """(mean, lower, upper) by Student's t interval.
 
     Fine for means of many samples (CLT); for a single sample the interval is
@@ -138,11 +145,23 @@ def min_samples_bounded(p: float, confidence: float = 0.95) -> int:
     return max(n_hi, n_lo, 1)
 
 
-def json_number(x: float | int | None) -> float | int | str | None:
+def rate_ci(count: int, seconds: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Garwood) Poisson interval of a rate from a count in a window."""
+    if not seconds > 0:
+        return (math.nan, math.nan)
+    a = 1 - confidence
+    lo = float(_sps.chi2.ppf(a / 2, 2 * count)) / 2 if count > 0 else 0.0
+    hi = float(_sps.chi2.ppf(1 - a / 2, 2 * count + 2)) / 2
+    return (lo / seconds, hi / seconds)
+
+
+def json_number(x: float | np.integer[Any] | np.floating[Any] | None) -> JsonNumber:
     """A JSON-safe number: NaN -> None, +-inf -> "inf"/"-inf" (strict JSON has neither)."""
     if x is None:
         return None
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+    if isinstance(x, bool):  # an int to Python, but a flag: written as 1.0 / 0.0
+        return float(x)
+    if isinstance(x, (int, np.integer)):
         return int(x)
     f = float(x)
     if math.isnan(f):
@@ -152,10 +171,22 @@ def json_number(x: float | int | None) -> float | int | str | None:
     return f
 
 
-def _from_json_number(x: Any) -> float:
-    if x is None:
-        return _NAN
-    return float(x)  # float("inf") / float("-inf") parse the strings back
+class PercentileJson(TypedDict):
+    value: JsonNumber
+    lo: JsonNumber
+    hi: JsonNumber
+
+
+class DistJson(TypedDict):
+    """``Dist.to_json``: numbers as ``json_number`` writes them (NaN -> null, inf -> "inf")."""
+
+    n: int
+    mean: JsonNumber
+    mean_ci: list[JsonNumber]
+    min: JsonNumber
+    max: JsonNumber
+    confidence: float
+    percentiles: dict[str, PercentileJson]
 
 
 @dataclass(frozen=True)
@@ -179,7 +210,7 @@ class Dist:
         """(estimate, lower, upper) for percentile p, e.g. ``d.pct(99)``."""
         return self.pcts[pct_key(p)]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DistJson:
         return {
             "n": int(self.n),
             "mean": json_number(self.mean),
@@ -188,29 +219,14 @@ class Dist:
             "max": json_number(self.max),
             "confidence": self.confidence,
             "percentiles": {
-                k: {"value": json_number(v), "lo": json_number(lo), "hi": json_number(hi)}
+                k: PercentileJson(value=json_number(v), lo=json_number(lo), hi=json_number(hi))
                 for k, (v, lo, hi) in self.pcts.items()
             },
         }
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Dist:
-        """Inverse of ``to_json`` (so gate/compare can read a summary.json)."""
-        f = _from_json_number
-        return cls(
-            n=int(d["n"]),
-            mean=f(d["mean"]),
-            mean_lo=f(d["mean_ci"][0]),
-            mean_hi=f(d["mean_ci"][1]),
-            pcts={k: (f(v["value"]), f(v["lo"]), f(v["hi"])) for k, v in d["percentiles"].items()},
-            min=f(d["min"]),
-            max=f(d["max"]),
-            confidence=float(d.get("confidence", 0.95)),
-        )
-
 
 def describe(
-    values: np.ndarray | list[float],
+    values: ArrayLike,
     confidence: float = 0.95,
     percentiles: tuple[float, ...] = PERCENTILES,
 ) -> Dist:

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from hdrh.histogram import HdrHistogram
+from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, gaps, ms
+from loadgen.analysis.columns import Cols, Floats, Ints, Mask, gaps, ms
 from loadgen.analysis.window import MetricsError
 
 __all__ = [
@@ -58,12 +59,12 @@ class _Sparse:
     """Values already quantised to HdrHistogram bins, grouped by interval, so a
     histogram is filled with one ``record_value`` per distinct bin."""
 
-    bucket: np.ndarray  # sorted
-    value: np.ndarray  # lowest equivalent value, us
-    count: np.ndarray
+    bucket: Ints  # sorted
+    value: Ints  # lowest equivalent value, us
+    count: Ints
 
     @classmethod
-    def of(cls, bucket: np.ndarray, ms: np.ndarray, counts: np.ndarray | None = None) -> _Sparse:
+    def of(cls, bucket: Ints, ms: Floats, counts: Ints | None = None) -> _Sparse:
         v = np.clip(np.rint(ms * 1000.0), 0, HIST_HIGHEST_US).astype(np.int64)
         # Below 2048 us bins are exact; above, the top 11 bits are kept.
         shift = np.maximum(np.frexp(v.astype(np.float64))[1] - 11, 0)
@@ -82,7 +83,7 @@ class _Sparse:
         return h
 
 
-def _fill(h: HdrHistogram, values: np.ndarray, counts: np.ndarray) -> None:
+def _fill(h: HdrHistogram, values: Ints, counts: Ints) -> None:
     """``h.record_value(v, n)`` for each pair, vectorised.
 
     ``record_value`` costs ~7 us in Python, too slow for a million ITL samples,
@@ -102,8 +103,8 @@ def _fill(h: HdrHistogram, values: np.ndarray, counts: np.ndarray) -> None:
     h.max_value = max(h.max_value, int(v.max()))
 
 
-def _bucket(t_ns: np.ndarray, t0: int, step: int, nb: int) -> np.ndarray:
-    return np.clip((t_ns - t0) // step, 0, nb - 1)
+def _bucket(t_ns: Ints, t0: int, step: int, nb: int) -> Ints:
+    return np.asarray(np.clip((t_ns - t0) // step, 0, nb - 1), dtype=np.int64)
 
 
 def _span(c: Cols, t0: int) -> int:
@@ -118,7 +119,7 @@ def _span(c: Cols, t0: int) -> int:
 class _Series:
     t0: int
     step: int
-    cols: dict[str, np.ndarray]
+    cols: dict[str, NDArray[np.intp] | Floats]  # per interval: request counts; output tokens (floats)
     ttft: _Sparse
     itl: _Sparse
     e2e: _Sparse
@@ -136,9 +137,9 @@ def _series(table: pa.Table, interval_s: float, t0_ns: int | None) -> _Series | 
     t0 = int(c.t_sched.min()) if t0_ns is None else int(t0_ns)
     step = max(round(interval_s * 1e9), 1)
     nb = _span(c, t0) // step + 1
-    (sent, has_sent), (first, has_first), _, (done, has_done) = c.t.values()
+    (sent, has_sent), (first, has_first), (done, has_done) = c.t["t_sent"], c.t["t_first"], c.t["t_done"]
 
-    def per(t: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def per(t: Ints, mask: Mask) -> NDArray[np.intp]:
         return np.bincount(_bucket(t[mask], t0, step, nb), minlength=nb)
 
     m = c.ok & has_first & (c.out >= 1)
@@ -149,7 +150,7 @@ def _series(table: pa.Table, interval_s: float, t0_ns: int | None) -> _Series | 
     gap, has_prev = gaps(c.c_owner[sel], c.c_ns[sel])
     k = c.c_tok[sel][has_prev]
     itl = _Sparse.of(_bucket(c.c_ns[sel][has_prev], t0, step, nb), gap[has_prev] / 1e6 / k, k)
-    cols = {
+    cols: dict[str, NDArray[np.intp] | Floats] = {
         "sent": per(sent, has_sent),
         "completed": per(done, c.ok & has_done),
         "errors": per(np.where(has_done, done, c.t_sched), ~c.ok),

@@ -6,19 +6,19 @@ run. ``choose_window`` is a pure function of the records' ``t_sched`` and the
 trims, so the gate, the sweep and every report pick the same window from the
 same options. Kept apart from ``metrics`` (which folds the requests inside a
 window into numbers) because choosing it needs nothing of the fold.
-``MetricsError`` lives here, the first place a figure can be refused; every
-name is importable from ``metrics`` too.
+``MetricsError`` lives here, the first place a figure can be refused.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 
-from loadgen.analysis.columns import int_column
+from loadgen.analysis.columns import Ints, Mask, int_column
 
 __all__ = ["MetricsError", "Window", "choose_window"]
 
@@ -49,7 +49,7 @@ class Window:
     def length_s(self) -> float:
         return (self.end_ns - self.start_ns) / 1e9
 
-    def contains(self, t_ns: np.ndarray) -> np.ndarray:
+    def contains(self, t_ns: Ints) -> Mask:
         return (t_ns >= self.start_ns) & (t_ns < self.end_ns)
 
     def __str__(self) -> str:
@@ -73,13 +73,9 @@ def choose_window(
     trims follow t_sched order. A zero span (one request) gives
     [t_sched, last completion].
     """
-    for name, v in (("warmup_s", warmup_s), ("cooldown_s", cooldown_s)):
-        if not (math.isfinite(v) and v >= 0):
-            raise MetricsError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
-    for name, k in (("warmup_requests", warmup_requests), ("cooldown_requests", cooldown_requests)):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise MetricsError(f"{name} must be an integer >= 0, got {k!r}")
-    opts = dict(
+    _check_trims(warmup_s, cooldown_s, warmup_requests, cooldown_requests)
+    window = partial(  # every window records the trims asked for
+        Window,
         warmup_s=warmup_s,
         cooldown_s=cooldown_s,
         warmup_requests=warmup_requests,
@@ -88,7 +84,7 @@ def choose_window(
     ts = np.sort(int_column(table, "t_sched")[0])
     n = ts.size
     if n == 0:
-        return Window(0, 0, 0, **opts, how="no requests")
+        return window(0, 0, 0, how="no requests")
     if warmup_requests + cooldown_requests >= n:
         raise MetricsError(
             f"warm-up ({warmup_requests}) + cool-down ({cooldown_requests}) requests "
@@ -97,8 +93,7 @@ def choose_window(
     first, last = int(ts[0]), int(ts[-1])
     if last == first:
         done = [int(v.max()) for k in ("t_done", "t_last") if (v := _valid(table, k)).size]
-        end = max([first + 1, *done])
-        return Window(first, end, first, **opts, how="one scheduled instant: until the last completion")
+        return window(first, max([first + 1, *done]), first, how="one scheduled instant: until the last completion")
     span_end = last + (last - first) // (n - 1)
     start = first + round(warmup_s * 1e9)
     if warmup_requests:
@@ -114,9 +109,18 @@ def choose_window(
         f"requests scheduled in the window; warm-up {warmup_s:g} s / {warmup_requests} req, "
         f"cool-down {cooldown_s:g} s / {cooldown_requests} req"
     )
-    return Window(start, end, first, **opts, how=how)
+    return window(start, end, first, how=how)
 
 
-def _valid(table: pa.Table, name: str) -> np.ndarray:
+def _check_trims(warmup_s: float, cooldown_s: float, warmup_requests: int, cooldown_requests: int) -> None:
+    for name, v in (("warmup_s", warmup_s), ("cooldown_s", cooldown_s)):
+        if not (math.isfinite(v) and v >= 0):
+            raise MetricsError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+    for name, k in (("warmup_requests", warmup_requests), ("cooldown_requests", cooldown_requests)):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise MetricsError(f"{name} must be an integer >= 0, got {k!r}")
+
+
+def _valid(table: pa.Table, name: str) -> Ints:
     vals, ok = int_column(table, name)
     return vals[ok]

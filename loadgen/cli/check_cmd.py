@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from loadgen.cli.run_cmd import resolve_endpoint
+from loadgen.cli.flags import bounded_int
+from loadgen.cli.run_cmd import POSITIVE_SECONDS, preflight, resolve_endpoint
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
 from loadgen.conformance.check_items import ITEMS
-from loadgen.errors import ConfigError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     items = "; ".join(f"{k}: {v}" for k, v in ITEMS.items())
     p = sub.add_parser(
         "check",
@@ -40,17 +40,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the endpoint's tokenizer.json (or its folder): verifies usage exactly; without it "
         "output chunks are counted, which proves under-reporting but not over-reporting",
     )
-    g.add_argument("--timeout", type=float, default=60.0, metavar="S", help="limit per request (default 60 s)")
-    g.add_argument("--streams", type=int, default=8, help="concurrent streams for concurrent-streams (default 8)")
+    g.add_argument(
+        "--timeout", type=POSITIVE_SECONDS, default=60.0, metavar="S", help="limit per request (default 60 s)"
+    )
+    g.add_argument(
+        "--streams",
+        type=bounded_int(2, 10_000),
+        default=8,
+        help="concurrent streams for concurrent-streams (default 8)",
+    )
     g.add_argument(
         "--max-tokens",
-        type=int,
+        type=bounded_int(16, 1_000_000),
         default=64,
-        help="answer length asked for (default 64; ignore-eos expects exactly this many)",
+        help="answer length asked for (default 64, at least 16 to show streaming; "
+        "ignore-eos expects exactly this many)",
     )
     g.add_argument(
         "--context-len",
-        type=int,
+        type=bounded_int(1, 100_000_000),
         default=None,
         metavar="TOKENS",
         help="the model's context length, for the over-long prompt (default: asked of the endpoint)",
@@ -77,12 +85,7 @@ def main(args: argparse.Namespace) -> int:
     from loadgen.conformance.ci_outputs import print_outcome, write_outputs
     from loadgen.workload.tokenizer import get_tokenizer
 
-    if args.timeout <= 0:
-        raise ConfigError("--timeout must be > 0 seconds")
-    if args.streams < 2:
-        raise ConfigError("--streams must be >= 2")
-    if args.max_tokens < 16:
-        raise ConfigError("--max-tokens must be >= 16 (shorter answers cannot show streaming)")
+    preflight(args)  # the event loop and the simulator's options, before anything is started or sent
     tokenizer = get_tokenizer(args.tokenizer) if args.tokenizer else None
     api_key = api_key_from_env(args.api_key_env)
     with target(resolve_endpoint(args), sim_args(args)) as (url, _):

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loadgen.cli.flags import finite_float
 from loadgen.cli.sweep_cmd import resolve_slo
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from loadgen.analysis.compare import Comparison, Verdict
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compare",
         help="bake-off: compare runs of the same traffic, winners only where intervals separate",
@@ -32,7 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="PROFILE",
         help="SLO to judge every run by (default: the first run's); profile or ttft=..,tpot=..,e2e=..",
     )
-    p.add_argument("--slo-target", type=float, default=None, metavar="PCT", help="attainment target (default 99)")
+    p.add_argument(
+        "--slo-target",
+        type=finite_float(0, 100, above=True, unit=" %"),
+        default=None,
+        metavar="PCT",
+        help="attainment target (default 99)",
+    )
     p.add_argument("--out", default=None, metavar="DIR", help="folder for compare.html (default runs/compare-<time>)")
     p.set_defaults(func=main)
 
@@ -76,6 +83,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from loadgen.analysis.compare import compare_runs
+    from loadgen.records import make_folder
     from loadgen.report.compare import write_compare
 
     slo, slo_name, target = resolve_slo(args.slo)
@@ -83,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
     c = compare_runs(
         [Path(r) for r in args.runs], names=args.name, slo=slo, slo_name=slo_name or None, target_pct=target
     )
-    out = Path(args.out) if args.out else Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S")
+    out = make_folder(Path(args.out) if args.out else Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
     path = write_compare(c, out)
     console = Console(width=None if sys.stdout.isatty() else 160)
     print_comparison(c, console)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 EXIT_CODES = "exit code 0 pass, 1 fail, 3 inconclusive (see --inconclusive), 2 usage error"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "gate",
         help="judge a run folder against an SLO profile (exit code for CI)",

@@ -3,6 +3,11 @@
 Building the parsers imports no heavy library (numpy, scipy, pyarrow, matplotlib,
 aiohttp): a command module imports those in the functions that run the command,
 so ``loadgen --help`` answers at once. tests/test_cli_startup.py holds this.
+
+A user error is one line and exit code 2, never a traceback: argparse's errors
+(``flags.Parser``) and every ``LoadgenError``, which is caught here and nowhere
+else. Commands validate everything before they send anything, so such an error
+means no traffic was sent. tests/test_bad_input.py holds this.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import importlib
 import sys
 
 from loadgen import __version__
+from loadgen.cli.flags import Parser, error_line
 from loadgen.errors import LoadgenError
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
@@ -19,7 +25,7 @@ COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd", "sweep_cmd", "c
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="loadgen",
         description="Open-loop load generator and honest meter for OpenAI-compatible LLM endpoints.",
     )
@@ -45,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except LoadgenError as e:
-        print(f"loadgen {args.command}: error: {e}", file=sys.stderr)
+        print(error_line(str(e)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from loadgen.cli.run_cmd import LAG_MS, SECONDS
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "report",
         help="recompute and show a run's figures from its records",
@@ -15,13 +17,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument(
         "--warmup",
-        type=float,
+        type=SECONDS,
         default=None,
         metavar="S",
         help="seconds excluded at the start (default: as the run was configured)",
     )
-    p.add_argument("--cooldown", type=float, default=None, metavar="S", help="seconds excluded at the end")
-    p.add_argument("--lag-limit-ms", type=float, default=None, help="schedule-lag p99 bound for validity")
+    p.add_argument("--cooldown", type=SECONDS, default=None, metavar="S", help="seconds excluded at the end")
+    p.add_argument("--lag-limit-ms", type=LAG_MS, default=None, help="schedule-lag p99 bound for validity")
     p.set_defaults(func=main)
 
 

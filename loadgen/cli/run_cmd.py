@@ -1,20 +1,46 @@
-"""``loadgen run``: one load point against an endpoint (or the built-in simulator)."""
+"""``loadgen run``: one load point against an endpoint (or the built-in simulator).
+
+The flags' defaults are ``RunSettings``'s and ``Timeouts``'s (read from the dataclasses,
+not repeated here), and every value is checked twice before anything is sent: by
+its argparse type as the line is parsed, and by ``RunSettings`` when it is built.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from loadgen.cli.flags import bounded_int, finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, slo_of
-from loadgen.cli.sim_cmd import add_sim_options, sim_args
+from loadgen.cli.sim_cmd import add_sim_options, check_sim_options, sim_args
+from loadgen.client.config import Timeouts
+from loadgen.client.settings import (
+    DEFAULT_CLOSED_REQUESTS,
+    DEFAULT_DURATION_S,
+    MAX_CONCURRENCY,
+    MAX_DURATION_S,
+    MAX_INFLIGHT,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_WORKERS,
+    RunSettings,
+)
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from loadgen.client.config import Timeouts
-    from loadgen.client.settings import RunSettings
     from loadgen.schedule import Arrival
     from loadgen.workload.base import Workload
+
+RUN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunSettings) if f.default is not MISSING}
+TIMEOUT_DEFAULTS = Timeouts()
+MAX_TOKENS = 10_000_000  # prompt or answer length: longer than any model's context
+INPUT_TOKENS, OUTPUT_TOKENS = 512, 128  # the synthetic chat sent without --workload
+SECONDS = finite_float(0, MAX_DURATION_S, unit=" seconds")
+POSITIVE_SECONDS = finite_float(0, MAX_DURATION_S, above=True, unit=" seconds")
+LAG_MS = finite_float(0, 3.6e6, above=True, unit=" ms")
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -27,10 +53,10 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
         "else the built-in simulator started on loopback)",
     )
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
-    g.add_argument("--api", choices=("chat", "completions"), default="chat", help="API to call")
+    g.add_argument("--api", choices=("chat", "completions"), default=RUN_DEFAULTS["api"], help="API to call")
     g.add_argument(
         "--server-metrics",
-        default=None,
+        default=RUN_DEFAULTS["server_metrics"],
         metavar="URL|off",
         help="scrape the server's Prometheus metrics every second into server_metrics.jsonl "
         "(default: the endpoint's /metrics, when it answers)",
@@ -52,9 +78,19 @@ def add_traffic_options(p: argparse.ArgumentParser) -> None:
         help="workload spec (built-in name or YAML file); default: fixed-length chat "
         "from --input-tokens/--output-tokens",
     )
-    g.add_argument("--input-tokens", type=int, default=None, help="prompt length in tokens (default 512)")
-    g.add_argument("--output-tokens", type=int, default=None, help="answer length in tokens (default 128)")
-    g.add_argument("--seed", type=int, default=0, help="seed of schedule and workload (same seed, same traffic)")
+    tokens = bounded_int(1, MAX_TOKENS)
+    g.add_argument(
+        "--input-tokens", type=tokens, default=None, help=f"prompt length in tokens (default {INPUT_TOKENS})"
+    )
+    g.add_argument(
+        "--output-tokens", type=tokens, default=None, help=f"answer length in tokens (default {OUTPUT_TOKENS})"
+    )
+    g.add_argument(
+        "--seed",
+        type=bounded_int(0, MAX_SEED),
+        default=RUN_DEFAULTS["seed"],
+        help="seed of schedule and workload (same seed, same traffic)",
+    )
     g.add_argument(
         "--no-ignore-eos",
         dest="ignore_eos",
@@ -68,43 +104,51 @@ def add_traffic_options(p: argparse.ArgumentParser) -> None:
 
 def add_timing_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("timeouts and limits")
-    g.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    t = TIMEOUT_DEFAULTS
+    g.add_argument("--connect-timeout", type=POSITIVE_SECONDS, default=t.connect, metavar="S")
     g.add_argument(
         "--first-byte-timeout",
-        type=float,
-        default=600.0,
+        type=POSITIVE_SECONDS,
+        default=t.first_byte,
         metavar="S",
         help="longest wait for the first data of an answer (queueing included)",
     )
     g.add_argument(
-        "--idle-timeout", type=float, default=60.0, metavar="S", help="longest gap between chunks of an answer"
+        "--idle-timeout",
+        type=POSITIVE_SECONDS,
+        default=t.idle,
+        metavar="S",
+        help="longest gap between chunks of an answer",
     )
-    g.add_argument("--request-timeout", type=float, default=3600.0, metavar="S", help="total per request")
+    g.add_argument("--request-timeout", type=POSITIVE_SECONDS, default=t.total, metavar="S", help="total per request")
     g.add_argument(
         "--max-inflight",
-        type=int,
-        default=10_000,
+        type=bounded_int(1, MAX_INFLIGHT),
+        default=RUN_DEFAULTS["max_inflight"],
         help="safety cap on requests in flight; reaching it is reported as a distortion",
     )
     g.add_argument(
         "--drain",
-        type=float,
-        default=60.0,
+        type=SECONDS,
+        default=RUN_DEFAULTS["drain_s"],
         metavar="S",
         help="after the last send (or Ctrl-C), wait this long for answers in flight",
     )
     g.add_argument(
-        "--lag-limit-ms", type=float, default=10.0, help="schedule lag p99 above this marks the result suspect"
+        "--lag-limit-ms",
+        type=LAG_MS,
+        default=RUN_DEFAULTS["lag_limit_ms"],
+        help="schedule lag p99 above this marks the result suspect",
     )
     g.add_argument(
         "--workers",
-        type=int,
-        default=1,
+        type=bounded_int(1, MAX_WORKERS),
+        default=RUN_DEFAULTS["workers"],
         help="client processes sharing the schedule (more load than one core can time)",
     )
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
         help="send one load point and record every request",
@@ -113,18 +157,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_target_options(p)
     g = p.add_argument_group("load")
-    g.add_argument("--rate", type=float, default=None, help="requests (sessions) per second, open loop")
+    g.add_argument(
+        "--rate",
+        type=finite_float(0, MAX_RATE, above=True, unit=" requests/s"),
+        default=None,
+        help="requests (sessions) per second, open loop",
+    )
     g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV (default poisson)")
     g.add_argument(
         "--concurrency",
-        type=int,
+        type=bounded_int(1, MAX_CONCURRENCY),
         default=None,
         help="closed loop: N users each sending when their previous answer ends",
     )
-    g.add_argument("--duration", type=float, default=None, metavar="S", help="seconds of sending")
-    g.add_argument("--requests", type=int, default=None, metavar="N", help="number of requests (sessions)")
-    g.add_argument("--warmup", type=float, default=0.0, metavar="S", help="seconds excluded at the start")
-    g.add_argument("--cooldown", type=float, default=0.0, metavar="S", help="seconds excluded at the end")
+    g.add_argument(
+        "--duration",
+        type=POSITIVE_SECONDS,
+        default=None,
+        metavar="S",
+        help=f"seconds of sending (default {DEFAULT_DURATION_S:g}, or for a closed loop "
+        f"{DEFAULT_CLOSED_REQUESTS} requests)",
+    )
+    g.add_argument(
+        "--requests",
+        type=bounded_int(1, MAX_REQUESTS),
+        default=None,
+        metavar="N",
+        help=f"number of requests (sessions), at most {MAX_REQUESTS:,} (so is --rate x --duration)",
+    )
+    g.add_argument(
+        "--warmup", type=SECONDS, default=RUN_DEFAULTS["warmup_s"], metavar="S", help="seconds excluded at the start"
+    )
+    g.add_argument(
+        "--cooldown", type=SECONDS, default=RUN_DEFAULTS["cooldown_s"], metavar="S", help="seconds excluded at the end"
+    )
     add_traffic_options(p)
     add_timing_options(p)
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
@@ -135,19 +201,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
+def preflight(args: argparse.Namespace) -> None:
+    """What must hold before a simulator is started or anything sent: a known event loop
+    (LOADGEN_LOOP) and good simulator options."""
+    from loadgen.clock import loop_name
+
+    loop_name()
+    check_sim_options(args)
+
+
 def resolve_arrival(args: argparse.Namespace) -> Arrival:
-    from loadgen.schedule import ScheduleError, parse_arrival
+    from loadgen.schedule import parse_arrival  # its ScheduleError is a ConfigError
 
     if args.rate is not None and args.concurrency is not None:
         raise ConfigError("give --rate (open loop) or --concurrency (closed loop), not both")
     if args.rate is None and args.concurrency is None:
         raise ConfigError("give --rate R (requests/s, open loop) or --concurrency N (closed loop)")
-    try:
-        if args.concurrency is not None:
-            return parse_arrival("closed", concurrency=args.concurrency)
-        return parse_arrival(args.arrival, rate=args.rate)
-    except ScheduleError as e:
-        raise ConfigError(str(e)) from None
+    if args.concurrency is not None:
+        return parse_arrival("closed", concurrency=args.concurrency)
+    return parse_arrival(args.arrival, rate=args.rate)
 
 
 def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
@@ -161,15 +233,15 @@ def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
             if v is not None
         }
         return load_workload(args.workload, seed=args.seed, salt=salt, overrides=overrides)
-    for flag, v in (("--input-tokens", args.input_tokens), ("--output-tokens", args.output_tokens)):
-        if v is not None and v < 1:
-            raise ConfigError(f"{flag} {v}: must be >= 1")
     return SyntheticChat(
-        input_tokens=args.input_tokens or 512, output_tokens=args.output_tokens or 128, seed=args.seed, salt=salt
+        input_tokens=args.input_tokens or INPUT_TOKENS,
+        output_tokens=args.output_tokens or OUTPUT_TOKENS,
+        seed=args.seed,
+        salt=salt,
     )
 
 
-def resolve_extra(args: argparse.Namespace) -> dict:
+def resolve_extra(args: argparse.Namespace) -> dict[str, Any]:
     if not args.extra_body:
         return {}
     import orjson
@@ -190,28 +262,24 @@ def resolve_endpoint(args: argparse.Namespace) -> str | None:
 
 
 def timeouts(args: argparse.Namespace) -> Timeouts:
-    from loadgen.client.config import Timeouts
-
-    values = (args.connect_timeout, args.first_byte_timeout, args.idle_timeout, args.request_timeout)
-    if min(values) <= 0:
-        raise ConfigError("timeouts must be > 0 seconds")
-    return Timeouts(*values)
+    return Timeouts(args.connect_timeout, args.first_byte_timeout, args.idle_timeout, args.request_timeout)
 
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
-    from loadgen.client.settings import RunSettings
-
-    if args.duration is None and args.requests is None:
-        args.duration = 10.0 if args.concurrency is None else None
-        if args.duration is None:
-            args.requests = 100
+    arrival = resolve_arrival(args)
+    duration, requests = args.duration, args.requests
+    if duration is None and requests is None:
+        if arrival.kind == "closed":
+            requests = DEFAULT_CLOSED_REQUESTS
+        else:
+            duration = DEFAULT_DURATION_S
     return RunSettings(
         endpoint=resolve_endpoint(args),
         model=args.model,
         api=args.api,
-        arrival=resolve_arrival(args),
-        duration_s=args.duration,
-        requests=args.requests,
+        arrival=arrival,
+        duration_s=duration,
+        requests=requests,
         seed=args.seed,
         warmup_s=args.warmup,
         cooldown_s=args.cooldown,
@@ -232,12 +300,15 @@ def main(args: argparse.Namespace) -> int:
     from loadgen.cli.live import LiveView
     from loadgen.client.run import execute, new_run_id
     from loadgen.client.settings import api_key_from_env
+    from loadgen.records import make_folder
 
-    slo = slo_of(args)  # a bad profile, tolerance or baseline fails here, before any traffic
+    # everything is checked before anything is started or sent
+    preflight(args)
+    slo = slo_of(args)  # a bad profile, tolerance or baseline
     settings = settings_from_args(args)
     workload = resolve_workload(args)
     api_key = api_key_from_env(args.api_key_env)
-    out = Path(args.out) if args.out else Path("runs") / new_run_id()
+    out = make_folder(Path(args.out) if args.out else Path("runs") / new_run_id())
     view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {settings.arrival}")
     with view:
         result = execute(settings, workload, out, api_key=api_key, sim_flags=sim_args(args), on_engine=view.attach)

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from loadgen.cli.flags import PORT, bounded_int, finite_float
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
+    from loadgen.sim.answer import SimConfig
     from loadgen.sim.model import TimingModel
     from loadgen.sim.server import SimServer
 
+_HOUR_MS = 3.6e6
+_COUNT = bounded_int(1, 100_000_000)  # sequences, tokens: far beyond any engine, near enough to catch a typo
+
 # (flag without prefix, dest suffix, type, default, help)
-_OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
+_OPTIONS: tuple[tuple[str, str, Callable[[str], Any], object, str], ...] = (
     ("gpu", "gpu", str, "h100", "GPU profile (h100, h200, b200, mi300x, a100 or a YAML file)"),
     (
         "model",
@@ -26,15 +33,21 @@ _OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
         "llama-3.1-8b",
         "model profile (llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, deepseek-v3, gpt-oss-120b or a YAML file)",
     ),
-    ("tp", "tp", int, 1, "tensor-parallel GPUs"),
-    ("max-num-seqs", "max_num_seqs", int, 256, "most sequences running at once"),
-    ("max-batch-tokens", "max_batch_tokens", int, 8192, "token budget per engine step (chunked prefill)"),
-    ("kv-util", "kv_util", float, 0.9, "fraction of GPU memory for weights + KV cache"),
+    ("tp", "tp", bounded_int(1, 1024), 1, "tensor-parallel GPUs"),
+    ("max-num-seqs", "max_num_seqs", _COUNT, 256, "most sequences running at once"),
+    ("max-batch-tokens", "max_batch_tokens", _COUNT, 8192, "token budget per engine step (chunked prefill)"),
+    ("kv-util", "kv_util", finite_float(0, 1, above=True), 0.9, "fraction of GPU memory for weights + KV cache"),
     ("prefix-cache", "prefix_cache", str, "on", "on | off"),
     ("weight-dtype", "weight_dtype", str, None, "bf16 | fp8 | fp4 (default: the model profile's)"),
     ("kv-dtype", "kv_dtype", str, "bf16", "bf16 | fp8"),
-    ("ttft-ms", "ttft_ms", float, None, "fixed-latency model instead: time to first token (with --itl-ms)"),
-    ("itl-ms", "itl_ms", float, None, "fixed-latency model: time between tokens"),
+    (
+        "ttft-ms",
+        "ttft_ms",
+        finite_float(0, _HOUR_MS),
+        None,
+        "fixed-latency model instead: time to first token (with --itl-ms)",
+    ),
+    ("itl-ms", "itl_ms", finite_float(0, _HOUR_MS), None, "fixed-latency model: time between tokens"),
     ("served-model-name", "served_model_name", str, None, "model name the server answers to"),
     ("truth", "truth", str, None, "write one JSON line per request: arrival, queue wait, each token's time"),
     (
@@ -45,12 +58,12 @@ _OPTIONS: tuple[tuple[str, str, type, object, str], ...] = (
         "inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
         "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens",
     ),
-    ("tokens-per-chunk", "tokens_per_chunk", int, 1, "tokens per streamed chunk"),
-    ("max-model-len", "max_model_len", int, None, "context length (default: the model's, capped by KV)"),
+    ("tokens-per-chunk", "tokens_per_chunk", _COUNT, 1, "tokens per streamed chunk"),
+    ("max-model-len", "max_model_len", _COUNT, None, "context length (default: the model's, capped by KV)"),
 )
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sim",
         help="serve the built-in simulated inference engine",
@@ -59,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_sim_options(p, prefix="")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
+    p.add_argument("--port", type=PORT, default=8000, help="port (0 picks a free one)")
     p.add_argument("--announce", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
@@ -68,7 +81,9 @@ def add_sim_options(p: argparse.ArgumentParser, prefix: str = "sim-") -> None:
     title = "simulated engine" + (" (used when no --endpoint is given)" if prefix else "")
     g = p.add_argument_group(title)
     for flag, dest, kind, default, text in _OPTIONS:
-        g.add_argument(f"--{prefix}{flag}", dest=f"sim_{dest}", type=kind, default=default, help=text)
+        choices = ("on", "off") if dest == "prefix_cache" else None
+        g.add_argument(f"--{prefix}{flag}", dest=f"sim_{dest}", type=kind, default=default, choices=choices, help=text)
+    p.set_defaults(sim_prefix=prefix)
 
 
 def sim_args(args: argparse.Namespace) -> list[str]:
@@ -81,6 +96,13 @@ def sim_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def check_sim_options(args: argparse.Namespace) -> None:
+    """Refuse bad simulator options in this process, before a simulator is started (or anything
+    sent): its own failure to start would come back only as the child's stderr."""
+    if sim_args(args):  # the defaults are good
+        sim_config(args)
+
+
 def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
     """The timing model, its served name and context length, from parsed options."""
     from loadgen.sim.model import FixedModel
@@ -88,15 +110,11 @@ def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
     if args.sim_ttft_ms is not None or args.sim_itl_ms is not None:
         ttft = 50.0 if args.sim_ttft_ms is None else args.sim_ttft_ms
         itl = 10.0 if args.sim_itl_ms is None else args.sim_itl_ms
-        if ttft < 0 or itl < 0:
-            raise ConfigError("--ttft-ms and --itl-ms must be >= 0")
         return FixedModel(ttft / 1e3, itl / 1e3), "sim", 131072
     from loadgen.sim.profiles import ProfileError
     from loadgen.sim.roofline import RooflineModel
     from loadgen.sim.step_cost import CapacityError
 
-    if args.sim_prefix_cache not in ("on", "off"):
-        raise ConfigError(f"--prefix-cache {args.sim_prefix_cache!r}: use on or off")
     try:
         model = RooflineModel(
             args.sim_gpu,
@@ -109,31 +127,45 @@ def build_model(args: argparse.Namespace) -> tuple[TimingModel, str, int]:
             weight_dtype=args.sim_weight_dtype,
             kv_dtype=args.sim_kv_dtype,
         )
-    except (ProfileError, CapacityError, ValueError) as e:
+    except UnicodeDecodeError as e:  # a profile file that is not text (the error names no file)
+        p = args.sim_prefix
+        raise ConfigError(
+            f"--{p}gpu {args.sim_gpu} / --{p}model {args.sim_model}: a profile is not UTF-8 text ({e.reason})"
+        ) from None
+    except (ProfileError, CapacityError, ValueError) as e:  # until both derive from LoadgenError
         raise ConfigError(str(e)) from None
     return model, model.model.name, model.max_model_len
 
 
-def build_server(args: argparse.Namespace) -> SimServer:
+def sim_config(args: argparse.Namespace) -> tuple[TimingModel, SimConfig]:
+    """The timing model and what the server answers with, from parsed options; ConfigError if they are bad."""
     from loadgen.sim.answer import SimConfig
     from loadgen.sim.faults import FaultSpecError, parse_faults
-    from loadgen.sim.server import SimServer
 
     model, name, max_len = build_model(args)
     try:
         faults = parse_faults(args.sim_faults)
-    except FaultSpecError as e:
-        raise ConfigError(str(e)) from None
+    except FaultSpecError as e:  # until it derives from LoadgenError; it names --faults
+        raise ConfigError(str(e).replace("--faults", f"--{args.sim_prefix}faults", 1)) from None
     if args.sim_max_model_len is not None:
         max_len = min(max_len, args.sim_max_model_len)
+    truth = args.sim_truth
+    if truth is not None and (Path(truth).is_dir() or not Path(truth).parent.is_dir()):
+        raise ConfigError(f"--{args.sim_prefix}truth {truth}: needs a file path in an existing folder")
     cfg = SimConfig(
         model_name=args.sim_served_model_name or name,
         max_model_len=max_len,
         tokens_per_chunk=args.sim_tokens_per_chunk,
         faults=faults,
-        truth_path=args.sim_truth,
+        truth_path=truth,
     )
-    return SimServer(model, cfg)
+    return model, cfg
+
+
+def build_server(args: argparse.Namespace) -> SimServer:
+    from loadgen.sim.server import SimServer
+
+    return SimServer(*sim_config(args))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -170,5 +202,6 @@ def main(args: argparse.Namespace) -> int:
     # changes for the simulator's capacity is in docs/simulator.md §7
     from loadgen import clock
 
+    clock.loop_name()  # LOADGEN_LOOP is valid (a LoopError otherwise), before the coroutine is made
     clock.run(serve(args))
     return 0

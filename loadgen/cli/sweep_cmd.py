@@ -13,17 +13,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadgen.cli.gate_cmd import add_gate_options, gate_after_run
+from loadgen.cli.flags import finite_float
+from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, gate_profile
 from loadgen.cli.run_cmd import (
+    POSITIVE_SECONDS,
+    SECONDS,
     add_target_options,
     add_timing_options,
     add_traffic_options,
+    preflight,
     resolve_endpoint,
     resolve_extra,
     resolve_workload,
     timeouts,
 )
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
+from loadgen.client.settings import MAX_CONCURRENCY, MAX_RATE
 from loadgen.errors import ConfigError, LoadgenError
 
 if TYPE_CHECKING:
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
     from loadgen.sweep.run import SweepSettings
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sweep",
         help="sweep load points; Pareto frontier, goodput, capacity at SLO, report.html",
@@ -55,10 +60,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="search: ramp to saturation, spread points below it, bisect for capacity at SLO (default)",
     )
     g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV for rate points")
-    g.add_argument("--point-duration", type=float, default=6.0, metavar="S", help="measured seconds per point")
-    g.add_argument("--warmup", type=float, default=2.0, metavar="S", help="seconds sent before each window")
-    g.add_argument("--start-rate", type=float, default=2.0, help="--auto: first (light) rate, req/s")
-    g.add_argument("--max-rate", type=float, default=256.0, help="--auto: never offer more than this, req/s")
+    rate = finite_float(0, MAX_RATE, above=True, unit=" requests/s")
+    g.add_argument(
+        "--point-duration", type=POSITIVE_SECONDS, default=6.0, metavar="S", help="measured seconds per point"
+    )
+    g.add_argument("--warmup", type=SECONDS, default=2.0, metavar="S", help="seconds sent before each window")
+    g.add_argument("--start-rate", type=rate, default=2.0, help="--auto: first (light) rate, req/s")
+    g.add_argument("--max-rate", type=rate, default=256.0, help="--auto: never offer more than this, req/s")
     g.add_argument(
         "--no-point-salt",
         dest="point_salt",
@@ -75,12 +83,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     j.add_argument(
         "--slo-target",
-        type=float,
+        type=finite_float(0, 100, above=True, unit=" %"),
         default=None,
         metavar="PCT",
         help="SLO attainment that counts as meeting it (default: the profile's, else 99)",
     )
-    j.add_argument("--gpus", type=float, default=None, help="GPUs behind the endpoint (per-GPU throughput)")
+    j.add_argument(
+        "--gpus",
+        type=finite_float(0, 1e6, above=True),
+        default=None,
+        help="GPUs behind the endpoint (per-GPU throughput)",
+    )
     j.add_argument(
         "--price-per-gpu-hour",
         nargs="+",
@@ -107,7 +120,7 @@ def resolve_slo(text: str | None) -> tuple[SLO | None, str, float | None]:
     """(per-request SLO, its name, the profile's attainment target if it states one)."""
     if not text:
         return None, "", None
-    if "=" in text and not Path(text).exists():
+    if "=" in text and not Path(text).exists():  # inline bounds
         return _inline_slo(text), text, None
     from loadgen.conformance.slo import load_profile
 
@@ -142,20 +155,25 @@ def _inline_slo(text: str) -> SLO:
 
 
 def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
-    from loadgen.schedule import ScheduleError, parse_arrival
+    """The listed load points (each within a run's limits), checked before the sweep starts."""
+    from loadgen.schedule import parse_arrival  # its ScheduleError is a ConfigError
     from loadgen.sweep.plan import parse_list
 
-    try:
-        if args.concurrency:
-            values = parse_list(args.concurrency, "--concurrency", integer=True)
-            return "concurrency", tuple(parse_arrival("closed", concurrency=int(v)) for v in values)
-        if args.rates:
-            values = parse_list(args.rates, "--rates")
-            return "rates", tuple(parse_arrival(args.arrival, rate=v) for v in values)
-        parse_arrival(args.arrival, rate=1.0)  # validate the kind before the search starts
-    except ScheduleError as e:
-        raise ConfigError(str(e)) from None
+    if args.concurrency:
+        values = parse_list(args.concurrency, "--concurrency", integer=True)
+        _at_most(values, MAX_CONCURRENCY, f"--concurrency {args.concurrency}")
+        return "concurrency", tuple(parse_arrival("closed", concurrency=int(v)) for v in values)
+    if args.rates:
+        values = parse_list(args.rates, "--rates")
+        _at_most(values, MAX_RATE, f"--rates {args.rates}")
+        return "rates", tuple(parse_arrival(args.arrival, rate=v) for v in values)
+    parse_arrival(args.arrival, rate=1.0)  # validate the kind before the search starts
     return "auto", ()
+
+
+def _at_most(values: list[float], limit: float, flag: str) -> None:
+    if max(values) > limit:
+        raise ConfigError(f"{flag}: {max(values):g} is above the limit of {limit:,.0f}")
 
 
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
@@ -221,12 +239,17 @@ def main(args: argparse.Namespace) -> int:
     from loadgen.cli.live import SweepView
     from loadgen.client.run import new_run_id
     from loadgen.client.settings import api_key_from_env
+    from loadgen.records import make_folder
     from loadgen.report.sweep_view import render_sweep
     from loadgen.sweep.run import run_sweep
 
+    # everything is checked before anything is started or sent
+    preflight(args)
     settings = settings_from_args(args)
+    gate_profile(args)  # --gate's profile, tolerance and baseline
+    resolve_workload(args)  # a bad workload spec (each point builds its own, salted)
     api_key = api_key_from_env(args.api_key_env)
-    out = Path(args.out) if args.out else Path("runs") / new_run_id()
+    out = make_folder(Path(args.out) if args.out else Path("runs") / new_run_id())
     console = Console(stderr=True)
     target = settings.base.endpoint or "the built-in simulator"
     console.print(Text(f"loadgen sweep -> {target}; {settings.plan.describe()}", style="bold"), highlight=False)

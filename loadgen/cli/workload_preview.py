@@ -87,7 +87,7 @@ def preview_stats(w: Workload, n: int) -> dict[str, Any]:
     }
     offsets = w.offsets_ns()
     if offsets is not None and len(offsets):
-        from loadgen.workload.traces.replay import gap_stats
+        from loadgen.workload.traces.timed import gap_stats
 
         stats["arrivals"] = gap_stats(np.asarray(offsets))
     return stats

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from loadgen.cli.flags import bounded_int
+from loadgen.client.settings import MAX_SEED
 from loadgen.errors import ConfigError
 
 __all__ = ["add_parser"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "workloads",
         help="list, show and preview workload specs (sends nothing)",
@@ -28,8 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     show.set_defaults(func=cmd_show)
     pv = cmds.add_parser("preview", help="statistics of a workload's first sessions")
     pv.add_argument("name", metavar="NAME|PATH")
-    pv.add_argument("--seed", type=int, default=0, help="workload seed (same seed, same traffic)")
-    pv.add_argument("--n", type=int, default=200, metavar="N", help="sessions to build (default 200)")
+    pv.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0, help="workload seed (same seed, same traffic)")
+    pv.add_argument(
+        "--n", type=bounded_int(1, 1_000_000), default=200, metavar="N", help="sessions to build (default 200)"
+    )
     pv.add_argument(
         "--set",
         action="append",
@@ -40,7 +44,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pv.add_argument("--tokenizer", default=None, metavar="PATH", help="HF tokenizer.json to build text with")
     pv.add_argument("--json", action="store_true", help="print the statistics as JSON")
     pv.set_defaults(func=cmd_preview)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    def usage(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -51,7 +60,10 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {item!r}: the value is not YAML ({' '.join(str(e).split())})") from None
     return out
 
 
@@ -77,11 +89,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from loadgen.specfile import read_text
     from loadgen.workload.load import find_spec
 
     path = find_spec(args.name)
+    text = read_text(path)  # a file that is not UTF-8 is a SpecError naming it
     print(f"# {path}")
-    print(path.read_text(encoding="utf-8"), end="")
+    print(text, end="")
     return 0
 
 
@@ -92,8 +106,6 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from loadgen.cli.workload_preview import preview_stats, render
     from loadgen.workload.load import load_workload
 
-    if args.n < 1:
-        raise ConfigError(f"--n {args.n}: must be >= 1")
     w = load_workload(args.name, seed=args.seed, tokenizer=args.tokenizer, overrides=parse_sets(args.set))
     stats = preview_stats(w, args.n)
     if args.json:

@@ -1,83 +1,118 @@
-"""Reading a streamed response body at the moment aiohttp's protocol receives it, and
-writing each request at its instant.
+"""The engine's transport over aiohttp, and every aiohttp internal loadgen relies on.
 
-Why: the usual ``await content.readany()`` loop costs a future, a task wake-up
-and a coroutine resume per socket read, and stamps each read only when the
-task gets to run again (behind whatever else the loop had queued). At a
-thousand streams that is most of the client's CPU and the main source of
-timestamp delay. Here the body's reads are handed to a callback from inside
-the protocol's ``data_received`` (via aiohttp's payload ``StreamReader``), so
-each read is stamped as the loop delivers it and the task wakes only once, at
-the end of the body.
+Why internals: the usual ``await content.readany()`` loop costs a future, a task wake-up
+and a coroutine resume per socket read, and stamps each read only when the task gets to
+run again (behind whatever else the loop had queued). At a thousand streams that is most
+of the client's CPU and the main source of timestamp delay. So a body's reads are handed
+to a callback from inside the protocol's ``data_received``, each stamped as the loop
+delivers it, and the task wakes once, at the end of the body. And a request prepared
+early is written into a stand-in transport and its bytes held until its instant.
 
-The hook is a ``StreamReader`` subclass of the same layout, swapped in for the
-life of one body; where aiohttp hands out some other payload type (a
-decompressing wrapper, a future aiohttp), reading falls back to ``readany``.
+The internals, each used only in this module (aiohttp 3.11 to 3.14 have them all; see
+pyproject.toml for the pinned range; ``fast_path`` checks them at the start of every run):
+
+- ``TCPConnector._factory``: the protocol factory the connector opens connections with;
+  replaced by one making ``StampingHandler`` (aiohttp's ``ResponseHandler``, subclassed).
+- ``ResponseHandler.feed_data((message, payload), size)``: the protocol hands itself each
+  parsed response head with its body reader; overridden to stamp the head and hook the body.
+- ``StreamReader`` (the body reader, ``__slots__`` layout): its ``__class__`` is swapped for
+  ``_Hooked`` (same layout, no new slots) for the life of one body, so ``feed_data`` and the
+  per-HTTP-chunk ``begin/end_http_chunk_receiving`` calls come to us; ``_protocol`` leads a
+  hooked reader to its connection's state; ``_buffer``, ``_buffer_offset``, ``_size``,
+  ``_cursor``, ``_http_chunk_splits`` are emptied in one go by ``_take_buffered``.
+- ``ClientRequest.send(conn)`` and ``write_bytes(writer, conn, ...)``: overridden (through
+  ``ClientSession(request_class=...)``) to learn whether a connection is reused, and to
+  write an early request into a ``HeldWrite``; ``conn.protocol.transport`` is what aiohttp
+  writes through, swapped for the ``HeldWrite`` while it writes.
+
+Where any of them is missing or behaves otherwise, ``fast_path`` says why and the run goes
+the plain way (``readany``, ``ClientRequest``, tracing for connection reuse) with
+``fast_read: false`` in run.json.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
-from collections.abc import Awaitable, Callable
-from typing import Any
+import inspect
+from typing import Any, NamedTuple
 
+import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
-__all__ = ["HeldWrite", "StampingHandler", "arrived", "read_body", "release", "stamping_request_class", "SEQ_HEADER"]
+from loadgen.client.transport import SEQ_HEADER, Exchange, FastPath, Holds, OnRead
+from loadgen.clock import Clock
 
-OnRead = Callable[[bytes, int], None]  # (the read's bytes, its arrival time)
-# Held requests to send from inside a burst of reads: the earliest instant among them
-# (a one-item list the engine keeps current) and what sends those due by a given time.
-Due = tuple[list[int], Callable[[int], None]]
-_NEVER: Due = ([1 << 62], lambda t: None)
-_SINKS: dict[StreamReader, tuple[OnRead, Callable[[], int], list[int], Callable[[int], None]]] = {}
+__all__ = [
+    "Call",
+    "HeldWrite",
+    "StampingHandler",
+    "answer_arrived",
+    "fast_path",
+    "install",
+    "read_body",
+    "release",
+    "request_class",
+]
+
+
+class _Read(NamedTuple):
+    data: bytes
+    t: int  # when it arrived
+
+
+class _Body:
+    """A 200 answer's body hooked by its protocol when its head arrived.
+
+    Until ``read_body`` takes it, reads are kept with their arrival times (``early``): what came
+    with the head, or before the request's task ran again (a burst of reads can hold it off).
+    """
+
+    __slots__ = ("content", "t_headers", "clock", "holds", "on_read", "early", "reading")
+
+    def __init__(self, content: StreamReader, t_headers: int, clock: Clock, holds: Holds) -> None:
+        self.content = content
+        self.t_headers = t_headers
+        self.clock = clock
+        self.holds = holds
+        self.early: list[_Read] = []
+        self.on_read: OnRead = self._keep
+        self.reading = False
+
+    def _keep(self, data: bytes, t: int) -> None:
+        self.early.append(_Read(data, t))
 
 
 class _Hooked(StreamReader):
-    """A StreamReader whose body data goes to its sink instead of its buffer."""
+    """A StreamReader whose body data goes to its connection's ``_Body`` instead of its buffer."""
 
     __slots__ = ()
 
-    def feed_data(self, data: bytes, *args: int) -> bool:  # type: ignore[override]
-        sink = _SINKS.get(self)
-        if sink is None:
-            return StreamReader.feed_data(self, data, *args)
+    def feed_data(self, data: bytes, *args: int) -> bool:
+        proto: StampingHandler = self._protocol  # type: ignore[assignment]  # only StampingHandler hooks a body
+        body = proto.lg_body
+        if body is None:  # the reader gave up (its on_read raised): the plain way, to no one
+            return bool(StreamReader.feed_data(self, data, *args))
         if data:
-            on_read, clock, due, send_due = sink
-            t = clock()
+            t = body.clock()
             try:
-                on_read(data, t)
+                body.on_read(data, t)
             except Exception as e:  # the reader's verdict on the stream (bad SSE, an error event)
-                del _SINKS[self]
+                proto.lg_body = None
                 self.set_exception(e)
-            if t >= due[0]:  # a held request fell due during this burst of reads: send it now
-                send_due(t)
+            holds = body.holds
+            if t >= holds.next_due:  # a held request fell due during this burst of reads: send it now
+                holds.send_due(t)
         return False
 
     # Called per HTTP chunk: the plain reader notes chunk bounds and wakes its waiter on
-    # each, which would wake the task per chunk. The sink sees every chunk as a read.
+    # each, which would wake the task per chunk. The body sees every chunk as a read.
     def begin_http_chunk_receiving(self) -> None:
         pass
 
     def end_http_chunk_receiving(self) -> None:
         pass
-
-
-_HOOKABLE = all(
-    hasattr(StreamReader, a)
-    for a in (
-        "__slots__",
-        "begin_http_chunk_receiving",
-        "end_http_chunk_receiving",
-        "_buffer",
-        "_buffer_offset",
-        "_size",
-        "_cursor",
-        "_http_chunk_splits",
-        "_protocol",
-    )
-)
 
 
 def _take_buffered(content: StreamReader) -> bytes:
@@ -99,108 +134,85 @@ def _take_buffered(content: StreamReader) -> bytes:
     return data
 
 
-class _Early:
-    """What a body received before its request's task came to read it, with when."""
-
-    __slots__ = ("t_headers", "reads")
-
-    def __init__(self, t_headers: int) -> None:
-        self.t_headers = t_headers
-        self.reads: list[tuple[bytes, int]] = []
-
-    def add(self, data: bytes, t_ns: int) -> None:
-        self.reads.append((data, t_ns))
-
-
-_EARLY: dict[StreamReader, _Early] = {}
-
-
-def _hook(content: StreamReader, sink: tuple[OnRead, Callable[[], int], list[int], Callable[[int], None]]) -> None:
-    content.__class__ = _Hooked
-    _SINKS[content] = sink
-
-
 class StampingHandler(ResponseHandler):
-    """aiohttp's protocol, stamping a response when its headers arrive and hooking its
-    body right then: what comes with the headers, or before the request's task runs
-    again (a burst of reads can hold it off), keeps the time it arrived.
+    """aiohttp's protocol, stamping a 200 answer when its head arrives and hooking its body
+    right then, so every read keeps the time it arrived. One body at a time per connection
+    (HTTP/1.1); the engine hands each to ``read_body`` or ``release``. Its own attributes
+    are prefixed ``lg_`` so that they never meet aiohttp's."""
 
-    Only 200 responses are hooked (the engine reads every other body itself); the
-    engine hands each hooked body to ``read_body`` or ``release``.
-    """
-
-    def __init__(self, loop: Any, clock: Callable[[], int], due: Due = _NEVER) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock, holds: Holds) -> None:
         super().__init__(loop)
-        self._lg_clock = clock
-        self._lg_due = due
-        self._lg_body: StreamReader | None = None  # the last body hooked here
+        self.lg_clock = clock
+        self.lg_holds = holds
+        self.lg_body: _Body | None = None  # the body hooked here, until released
+        self.lg_served = False  # this connection carried a request before (a reused keep-alive one)
 
     def feed_data(self, data: Any, size: int = 0) -> None:
         message, payload = data
-        if _HOOKABLE and type(payload) is StreamReader and message.code == 200:
-            if self._lg_body is not None:
-                release(self._lg_body)  # an earlier answer on this connection that was never read
-            self._lg_body = payload
-            t = self._lg_clock()
-            early = _EARLY[payload] = _Early(t)
-            buffered = _take_buffered(payload)  # what came in the same read as the headers
+        if type(payload) is StreamReader and message.code == 200:
+            if self.lg_body is not None:
+                release(self.lg_body.content)  # an earlier answer on this connection that was never read
+            t = self.lg_clock()
+            body = self.lg_body = _Body(payload, t, self.lg_clock, self.lg_holds)
+            buffered = _take_buffered(payload)  # what came in the same read as the head
             if buffered:
-                early.reads.append((buffered, t))
+                body.early.append(_Read(buffered, t))
             if not payload.is_eof() and payload.exception() is None:
-                _hook(payload, (early.add, self._lg_clock, *self._lg_due))
+                _become(payload, _Hooked)
         super().feed_data(data, size)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._lg_body is not None and self._lg_body in _EARLY:
-            release(self._lg_body)  # its request ended before reading it: nothing is kept for it
+        if self.lg_body is not None and not self.lg_body.reading:
+            release(self.lg_body.content)  # its request ended before reading it: nothing is kept for it
         super().connection_lost(exc)
 
 
-def arrived(content: StreamReader) -> int | None:
-    """When the headers of this response arrived, if its protocol stamped them."""
-    early = _EARLY.get(content)
-    return early.t_headers if early is not None else None
+def _body_of(content: StreamReader) -> _Body | None:
+    proto = content._protocol
+    body = proto.lg_body if isinstance(proto, StampingHandler) else None
+    return body if body is not None and body.content is content else None
+
+
+def _become(content: StreamReader, cls: type[StreamReader]) -> None:
+    content.__class__ = cls  # the same layout (``_Hooked`` adds no slots), so Python allows it
 
 
 def release(content: StreamReader) -> None:
     """Unhook a body: read to its end, or one ``read_body`` will not read (its request ended first)."""
-    _EARLY.pop(content, None)
-    _SINKS.pop(content, None)
     if type(content) is _Hooked:
-        content.__class__ = StreamReader
+        _become(content, StreamReader)
+    proto = content._protocol
+    if isinstance(proto, StampingHandler) and _body_of(content) is not None:
+        proto.lg_body = None
 
 
-async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], int], due: Due = _NEVER) -> None:
+async def read_body(content: StreamReader, on_read: OnRead, clock: Clock) -> None:
     """Pass every read of ``content`` to ``on_read``, with the time it arrived, until the body ends.
 
-    ``on_read`` runs inside the event loop's I/O callback: it must be quick and
-    must not await. ``due``: held requests to send from there when their instant
-    comes (a burst of reads runs before any timer: without this, a request due
-    in the middle of one would wait for its end). Reads that came before this
-    call keep their own times when the protocol was a ``StampingHandler``; else
-    they are stamped now. An exception ``on_read`` raises ends the body and is
-    raised here; a connection lost mid-body raises aiohttp's payload error here.
+    ``on_read`` runs inside the event loop's I/O callback: it must be quick and must not
+    await. Reads that came before this call keep their own times when the protocol was a
+    ``StampingHandler``; without one, reads are stamped when this task gets them. An
+    exception ``on_read`` raises ends the body and is raised here; a connection lost
+    mid-body raises aiohttp's payload error here.
     """
-    early = _EARLY.pop(content, None)
-    if early is None and not (_HOOKABLE and type(content) is StreamReader):
+    body = _body_of(content)
+    if body is None:
         while data := await content.readany():
             on_read(data, clock())
         return
     try:
-        if content in _SINKS:  # hooked when its headers came: from now on, straight to on_read
-            _SINKS[content] = (on_read, clock, *due)
-        if early is not None:
-            for data, t in early.reads:
-                on_read(data, t)
-        data = _take_buffered(content)  # what arrived before a hook
+        body.reading = True
+        body.on_read = on_read  # from now on, hooked reads go straight to it
+        early, body.early = body.early, []
+        for r in early:
+            on_read(r.data, r.t)
+        data = _take_buffered(content)  # nothing, unless aiohttp buffered some after all
         if data:
             on_read(data, clock())
         exc = content.exception()
         if exc is not None:
             raise exc
         if not content.is_eof():
-            if content not in _SINKS:
-                _hook(content, (on_read, clock, *due))
             await content.wait_eof()
             exc = content.exception()
             if exc is not None:
@@ -212,17 +224,10 @@ async def read_body(content: StreamReader, on_read: OnRead, clock: Callable[[], 
         on_read(data, clock())
 
 
-SEQ_HEADER = "X-Loadgen-Seq"
-
-
 class HeldWrite:
-    """Stands in for a connection's transport while aiohttp writes a request, and keeps
-    the bytes until ``send()``: the request is prepared early, its bytes go out at its
-    instant, from whichever comes first, the engine's timer or a read.
-
-    aiohttp writes through ``protocol.transport``; everything but writing is the
-    real transport's.
-    """
+    """Stands in for a connection's transport while aiohttp writes a request, and keeps the
+    bytes until ``send()`` (a ``Held``). aiohttp writes through ``protocol.transport``;
+    everything but writing is the real transport's."""
 
     __slots__ = ("real", "chunks", "sent", "lost")
 
@@ -264,55 +269,44 @@ class HeldWrite:
         self.chunks = []
 
 
-def stamping_request_class(
-    on_send: Callable[[int, bool], None],
-    early: Callable[[int], bool],
-    hold: Callable[[int, HeldWrite], Awaitable[None]],
-    on_written: Callable[[int], None],
-) -> type:
-    """An aiohttp ``ClientRequest`` class that reports when each request goes out, and can hold it.
+class Call:
+    """A request in flight through the transport: its exchange, and whether its connection was reused."""
 
-    The engine prepares a request (body, aiohttp's own work, a connection) a little
-    before its intended instant. When ``early(seq)``, aiohttp writes the request into
-    a ``HeldWrite`` and ``hold(seq, held)`` sends it at the instant (and reports it
-    written), so it goes out then rather than after the preparation.
+    __slots__ = ("ex", "reused")
 
-    Why not aiohttp's tracing signals: they cost ~60 us a request here (an
-    attrs object and an awaited signal per event, for every event), and their
-    "headers sent" fires before the headers are even serialised; aiohttp
-    writes headers and body together later, from the body-writing task.
+    def __init__(self, ex: Exchange) -> None:
+        self.ex = ex
+        self.reused = False
 
-    ``on_send(seq, reused)`` runs when the request is given its connection
-    (``reused``: a pooled keep-alive connection that served an earlier request,
-    which the server may have closed meanwhile); ``on_written(seq)`` when the
-    bytes of a request not held have been handed to the socket. ``seq`` is read from the
-    ``X-Loadgen-Seq`` header the engine sends; requests without it are not
-    reported.
+
+def request_class(calls: dict[int, Call], clock: Clock, holds: Holds) -> type[aiohttp.ClientRequest]:
+    """An aiohttp ``ClientRequest`` that learns whether its connection is reused, stamps when its
+    bytes go out, and holds a request prepared before its instant (``Exchange.at``) until then.
+
+    Why not aiohttp's tracing signals: they cost ~60 us a request here (an attrs object and an
+    awaited signal per event), and their "headers sent" fires before the headers are even
+    serialised; aiohttp writes headers and body together later, from the body-writing task.
+    The request is found by its ``X-Loadgen-Seq`` header; one without it is left alone.
     """
-    from weakref import WeakSet
 
-    from aiohttp import ClientOSError, ClientRequest
+    def call_of(request: aiohttp.ClientRequest) -> Call | None:
+        seq = request.headers.get(SEQ_HEADER)
+        return calls.get(int(seq)) if seq is not None else None
 
-    served: WeakSet[object] = WeakSet()
-
-    class StampingRequest(ClientRequest):
-        async def send(self, conn):  # type: ignore[no-untyped-def]
-            seq = self.headers.get(SEQ_HEADER)
-            if seq is not None:
-                proto = conn.protocol
-                on_send(int(seq), proto in served)
-                served.add(proto)
+    class StampingRequest(aiohttp.ClientRequest):
+        async def send(self, conn: Any) -> aiohttp.ClientResponse:
+            call, proto = call_of(self), conn.protocol
+            if call is not None and isinstance(proto, StampingHandler):
+                call.reused, proto.lg_served = proto.lg_served, True
             return await super().send(conn)
 
-        async def write_bytes(self, writer, conn, *args, **kwargs):  # type: ignore[no-untyped-def]
-            seq = self.headers.get(SEQ_HEADER)
-            if seq is None:
-                return await super().write_bytes(writer, conn, *args, **kwargs)
-            seq = int(seq)
-            proto = conn.protocol
-            if proto is None or proto.transport is None or not early(seq):
+        async def write_bytes(self, writer: Any, conn: Any, *args: Any, **kwargs: Any) -> None:
+            call, proto = call_of(self), conn.protocol
+            proto = cast(Any, proto)  # its transport is stood in for below
+            if call is None or proto is None or proto.transport is None or call.ex.at <= clock():
                 await super().write_bytes(writer, conn, *args, **kwargs)
-                on_written(seq)
+                if call is not None:
+                    call.ex.t_sent = clock()
                 return
             held = HeldWrite(proto.transport)
             proto.transport = held
@@ -321,8 +315,97 @@ def stamping_request_class(
             finally:
                 if proto.transport is held:
                     proto.transport = held.real
-            await hold(seq, held)
+            await holds.hold(call.ex, held)
             if held.lost:  # as aiohttp reports a failed write: the stale keep-alive retry sees it
-                proto.set_exception(ClientOSError(errno.ECONNRESET, "connection closed while the request was held"))
+                proto.set_exception(
+                    aiohttp.ClientOSError(errno.ECONNRESET, "connection closed while the request was held")
+                )
 
     return StampingRequest
+
+
+_READER_PARTS = ("_protocol", "_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits")
+_PROBE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+class _Nowhere(asyncio.Transport):
+    """A transport for the probe: the protocol is fed by hand and writes go nowhere."""
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def write(self, data: Any) -> None:
+        pass
+
+
+class _NoHolds:
+    next_due = 1 << 62
+
+    def send_due(self, t: int) -> None:
+        pass
+
+    async def hold(self, ex: Exchange, held: Any) -> None:
+        held.send()
+
+
+def _probe(loop: asyncio.AbstractEventLoop) -> str:
+    """Feed a canned answer to a ``StampingHandler``: '' when its body was hooked and its reads
+    kept with their times, else what went otherwise."""
+    handler = StampingHandler(loop, clock=lambda: 7, holds=_NoHolds())
+    try:
+        handler.connection_made(_Nowhere())
+        handler.set_response_params(read_until_eof=False, auto_decompress=False, read_timeout=None)
+        handler.data_received(_PROBE_HEAD + b"3\r\nabc\r\n")
+        body = handler.lg_body
+        if body is None or type(body.content) is not _Hooked:
+            return "the response protocol did not hand over a plain body reader"
+        handler.data_received(b"2\r\nde\r\n0\r\n\r\n")
+        if body.early != [(b"abc", 7), (b"de", 7)] or not body.content.is_eof():
+            return "a hooked body reader did not pass its reads on"
+        held = HeldWrite(handler.transport)
+        handler.transport = held  # type: ignore[assignment]  # what the held write does
+        if handler.transport is not held:
+            return "a connection's transport cannot be stood in for"
+        return ""
+    except Exception as e:  # any other shape of aiohttp's internals
+        return f"the response protocol failed a canned answer ({type(e).__name__}: {e})"
+    finally:
+        handler.lg_body = None
+        handler.transport = None
+
+
+def fast_path(connector: aiohttp.TCPConnector) -> FastPath:
+    """Whether every internal listed at the top of this module is there, and works, on this aiohttp."""
+    missing = [f"StreamReader.{a}" for a in ("__slots__", *_READER_PARTS) if not hasattr(StreamReader, a)]
+    missing += [
+        f"StreamReader.{a}"
+        for a in ("begin_http_chunk_receiving", "end_http_chunk_receiving")
+        if not hasattr(StreamReader, a)
+    ]
+    if not hasattr(connector, "_factory"):
+        missing.append("TCPConnector._factory")
+    if list(inspect.signature(aiohttp.ClientRequest.write_bytes).parameters)[:3] != ["self", "writer", "conn"]:
+        missing.append("ClientRequest.write_bytes(writer, conn)")
+    why = f"{', '.join(missing)} not found" if missing else _probe(asyncio.get_running_loop())
+    return FastPath(not why, f"aiohttp {aiohttp.__version__}: {why}" if why else "")
+
+
+def install(connector: aiohttp.TCPConnector, clock: Clock, holds: Holds) -> None:
+    """Open every connection of ``connector`` with a ``StampingHandler`` (when ``fast_path`` said yes)."""
+    loop = asyncio.get_running_loop()
+    connector._factory = lambda: StampingHandler(loop, clock, holds)  # type: ignore[assignment]  # a partial in aiohttp
+
+
+def answer_arrived(content: StreamReader) -> int | None:
+    """When the head of this answer arrived, if its protocol stamped it."""
+    body = _body_of(content)
+    return body.t_headers if body is not None else None

@@ -144,26 +144,39 @@ async def calibrate(
         if model is None:
             model = await _discover(http, base_url, headers)
         with_model = {"model": model} if model else {}
-        # /tokenize: vLLM reads "prompt", llama.cpp "content"; both ignore the other.
-        counts = []
-        for _, text in probes:
-            status, data = await _post(
-                http,
-                _root(base_url) + "/tokenize",
-                {**with_model, "prompt": text, "content": text, "add_special_tokens": False},
-                headers,
-            )
-            counts.append(_tokenize_count(data) if status == 200 else None)
-            if counts[-1] is None:
-                break
+        counts = await _tokenize_probes(http, base_url, with_model, probes, headers)
         method = "tokenize"
-        if None in counts:
+        if counts is None:
             counts, method = await _usage_probes(http, base_url, with_model, probes, headers)
     samples = list(zip(expected, counts, strict=True))
-    ratio, overhead = fit(samples)  # type: ignore[arg-type]
+    ratio, overhead = fit(samples)
     return Calibration(
         method=method, ratio=ratio, overhead=overhead, samples=tuple(samples), tokenizer=getattr(tok, "name", "custom")
-    )  # type: ignore[arg-type]
+    )
+
+
+async def _tokenize_probes(
+    http: aiohttp.ClientSession,
+    base_url: str,
+    with_model: dict[str, Any],
+    probes: list[tuple[int, str]],
+    headers: dict[str, str],
+) -> list[int] | None:
+    """Exact counts from ``/tokenize``, or None when the server has none (or one probe fails)."""
+    counts: list[int] = []
+    for _, text in probes:
+        # vLLM reads "prompt", llama.cpp "content"; both ignore the other.
+        status, data = await _post(
+            http,
+            _root(base_url) + "/tokenize",
+            {**with_model, "prompt": text, "content": text, "add_special_tokens": False},
+            headers,
+        )
+        n = _tokenize_count(data) if status == 200 else None
+        if n is None:
+            return None
+        counts.append(n)
+    return counts
 
 
 async def _usage_probes(

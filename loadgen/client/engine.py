@@ -4,60 +4,63 @@ It computes no statistics. Open loop: a session starts at its scheduled offset
 whether or not earlier ones finished; closed loop (a fixed number of users,
 each sending when its previous request ended) is a separate, labelled mode.
 Every request yields exactly one ``Record``, whatever happens to it.
+
+It takes its clock and its transport as parameters (``time.perf_counter_ns`` and
+aiohttp by default), so its scheduling, holds, timeouts, drain and cancellation can
+be driven without sockets, on virtual time (``loadgen.clock.VirtualLoop``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import heapq
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-import aiohttp
 import numpy as np
-from yarl import URL
 
-from loadgen import clock
-from loadgen.client._aiohttp import SEQ_HEADER, HeldWrite, StampingHandler, arrived, read_body, stamping_request_class
+from loadgen.client._aiohttp import AiohttpTransport
 from loadgen.client.config import EngineConfig, LiveCounters, Plan, Timeouts, redact
+from loadgen.client.holds import HoldQueue
 from loadgen.client.protocol.chunk_errors import StreamError
 from loadgen.client.protocol.sse import BadStream
 from loadgen.client.protocol.tally import StreamTally
-from loadgen.clock import SPIN_NS, sleep_until
+from loadgen.client.transport import SEQ_HEADER, Exchange, FastPath, Transport, WireError
+from loadgen.clock import SPIN_NS, Clock, quiet_gc, sleep_until
 from loadgen.records import Record, RecordWriter
 from loadgen.workload.session import Conversation, Session, Turn, build_body
 
 __all__ = ["Engine"]
 
-Clock = Callable[[], int]
 _LOOKAHEAD = 256  # sessions built ahead of their send time
 _BUILD_MARGIN_NS = 3_000_000  # stop building when the next send is this close
-# A request is started this long before its instant and its bytes held until then: the
-# client's own work before the write (~0.3-1 ms on a small machine) is not schedule lag.
+# A request is started this long before its instant and its bytes held until then (holds.py):
+# the client's own work before the write (~0.3-1 ms on a small machine) is not schedule lag.
 # Longer than a burst of reads (a decode step's tokens for every stream arrive at once,
 # and hundreds of streams take several ms to read), so a request is ready before its
 # instant even when a burst delayed its preparation; it is then sent from inside the burst.
-_LEAD_NS = 25_000_000
-_NEVER = 1 << 62
+LEAD_NS = 25_000_000
+_LONG_WAIT_NS = 50_000_000  # a dispatcher wait longer than this also watches for a stop
+
+
+class _Ahead(NamedTuple):
+    """A session built ahead of its send time."""
+
+    at: int  # its intended instant
+    session: Session
 
 
 class _Inflight:
-    __slots__ = ("task", "rec", "tally", "deadline_first", "deadline_total", "why", "reused")
+    """A request being sent or answered: what the timeouts watch."""
 
-    def __init__(self, task: asyncio.Task[Any] | None, rec: Record, tally: StreamTally, now: int, t: Timeouts) -> None:
+    __slots__ = ("task", "tally", "deadline_first", "deadline_total", "why")
+
+    def __init__(self, task: asyncio.Task[Any] | None, tally: StreamTally, now: int, t: Timeouts) -> None:
         self.task = task
-        self.rec = rec
         self.tally = tally  # its ``t_read``: when the body's last read came (0: none yet)
-        self.reused = False
         self.deadline_first = now + int(t.first_byte * 1e9)
         self.deadline_total = now + int(t.total * 1e9)
-        self.why: str | None = None
-
-
-_STALE_RETRIES = 64  # each failed try drops one dead pooled connection; a fresh one ends it
+        self.why: str | None = None  # why the engine cut it off (a timeout), if it did
 
 
 class Engine:
@@ -68,14 +71,18 @@ class Engine:
         *,
         api_key: str | None = None,
         clock: Clock = time.perf_counter_ns,
+        transport: Transport | None = None,
     ) -> None:
         self.cfg = config
         self.writer = writer
         self.clock = clock
+        self.transport: Transport = transport or AiohttpTransport(
+            config.url + config.path, connect_timeout_s=config.timeouts.connect, read_bufsize=config.read_bufsize
+        )
         self.live = LiveCounters()
+        self.fast_path = FastPath(False, "the run has not started")  # what the transport said at the start
         self._secrets = (api_key,) if api_key else ()
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        self._url = URL(config.url + config.path)  # parsed once, not per request
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._stop = asyncio.Event()
@@ -83,10 +90,8 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._slots: asyncio.Semaphore | None = None
-        # Requests held for their instant, as a heap (sent from inside a burst of reads too),
-        # and the earliest instant among them, which reads and the session builder watch.
-        self._due: list[tuple[int, int, HeldWrite]] = []
-        self._next_due = [_NEVER]
+        self._holds = HoldQueue(clock)  # requests held for their instants (sent from reads too)
+        self._lead_ns = LEAD_NS
 
     # -- public ----------------------------------------------------------------
     def stop(self) -> None:
@@ -94,36 +99,15 @@ class Engine:
         self._stop.set()
 
     async def run(self, plan: Plan, start_ns: int, grace_s: float = 30.0) -> None:
-        """Send the plan from ``start_ns`` (a shared perf_counter_ns instant)."""
-        limit = plan.concurrency or self.cfg.max_inflight
+        """Send the plan from ``start_ns`` (a shared instant on the engine's clock)."""
         self._slots = asyncio.Semaphore(self.cfg.max_inflight)
-        connector = aiohttp.TCPConnector(
-            limit=limit,
-            limit_per_host=0,
-            force_close=False,
-            enable_cleanup_closed=False,
-            ttl_dns_cache=None,
-        )
-        if hasattr(connector, "_factory"):  # aiohttp's protocol factory: one that stamps each answer's arrival
-            connector._factory = functools.partial(
-                StampingHandler, loop=asyncio.get_running_loop(), clock=self.clock, due=(self._next_due, self._send_due)
-            )
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=self.cfg.timeouts.connect, sock_read=None
-        )
-        async with aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            cookie_jar=aiohttp.DummyCookieJar(),  # independent users: no cookie carried from one to another
-            read_bufsize=self.cfg.read_bufsize,
-            request_class=stamping_request_class(self._on_send, self._early, self._hold, self._on_written),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        ) as http:
-            self._http = http
+        connections = plan.concurrency or self.cfg.max_inflight
+        async with self.transport.open(self.clock, self._holds, connections) as fit:
+            self.fast_path = fit
+            self._lead_ns = LEAD_NS if fit.ok else 0  # no holding: each request is prepared at its instant
             keeper = asyncio.get_running_loop().create_task(self._housekeeping())
             try:
-                with clock.quiet_gc():
+                with quiet_gc():
                     if plan.concurrency:
                         await self._closed_loop(plan, start_ns)
                     else:
@@ -138,45 +122,43 @@ class Engine:
         """Send each session at its instant. Sessions are built ahead, in the idle time
         before the next send is due (up to ``_LOOKAHEAD`` of them), so building a long
         prompt never delays a send that is already due. Each request is started
-        ``_LEAD_NS`` early and its bytes held until the instant (``_hold``)."""
+        ``LEAD_NS`` early and its bytes held until the instant (holds.py)."""
         assert plan.offsets_ns is not None
         offsets = plan.offsets_ns
         indices = (plan.indices if plan.indices is not None else np.arange(len(offsets))).tolist()
         self.live.scheduled = len(indices)
         loop = asyncio.get_running_loop()
-        ahead: deque[tuple[int, Session]] = deque()
+        lead, holds, clock = self._lead_ns, self._holds, self.clock
+        ahead: deque[_Ahead] = deque()
         todo = iter(indices)
         exhausted = False
         while True:
             while (
                 not exhausted
                 and len(ahead) < _LOOKAHEAD
-                and (not ahead or min(ahead[0][0] - _LEAD_NS, self._next_due[0]) - self.clock() > _BUILD_MARGIN_NS)
+                and (not ahead or min(ahead[0].at - lead, holds.next_due) - clock() > _BUILD_MARGIN_NS)
             ):
                 i = next(todo, None)
                 if i is None:
                     exhausted = True
                     break
-                ahead.append((start_ns + int(offsets[i]), plan.session(i)))
+                ahead.append(_Ahead(start_ns + int(offsets[i]), plan.session(i)))
             if not ahead:
                 return
-            due, session = ahead.popleft()
-            delay = due - _LEAD_NS - self.clock()
-            if delay > 50_000_000:  # long gaps: stay responsive to a stop
+            nxt = ahead.popleft()
+            delay = nxt.at - lead - clock()
+            if delay > _LONG_WAIT_NS:  # long gaps: stay responsive to a stop
                 try:
                     await asyncio.wait_for(self._stop.wait(), (delay - SPIN_NS) / 1e9)
                 except asyncio.TimeoutError:
                     pass
-            await sleep_until(due - _LEAD_NS, self.clock, spin_ns=0)  # coarse: the hold is the precise part
+            await sleep_until(nxt.at - lead, clock, spin_ns=0)  # coarse: the hold is the precise part
             if self._stop.is_set():
                 return
-            task = loop.create_task(self._run_session(session, due))
+            task = loop.create_task(self._run_session(nxt.session, nxt.at))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             await asyncio.sleep(0)  # let it send now, before more sessions are built
-
-    async def _sleep_until(self, due: int) -> None:
-        await sleep_until(due, self.clock)
 
     async def _closed_loop(self, plan: Plan, start_ns: int) -> None:
         end = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
@@ -192,15 +174,14 @@ class Engine:
                     return
                 await self._run_session(plan.session(i), now)
 
-        await self._sleep_until(start_ns)
+        await sleep_until(start_ns, self.clock)
         users = [asyncio.ensure_future(user()) for _ in range(plan.concurrency or 1)]
         self._tasks.update(users)
         for u in users:
             u.add_done_callback(self._tasks.discard)
-        stopper = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait(
-            [asyncio.gather(*users, return_exceptions=True), stopper], return_when=asyncio.FIRST_COMPLETED
-        )
+        everyone: asyncio.Future[Any] = asyncio.gather(*users, return_exceptions=True)
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait([everyone, stopper], return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
 
     async def _drain(self, grace_s: float) -> None:
@@ -222,7 +203,7 @@ class Engine:
                 await asyncio.gather(*(self._run_session(c, self.clock()) for c in turn.children))
                 t_sched = max(t_sched, self.clock())
             if turn_no > 0:  # a later turn, after its think time: started early and held, as the first
-                await sleep_until(t_sched - _LEAD_NS, self.clock, spin_ns=0)
+                await sleep_until(t_sched - self._lead_ns, self.clock, spin_ns=0)
             if self._stop.is_set() and turn_no > 0:
                 return
             conv.add_turn(turn)
@@ -268,11 +249,11 @@ class Engine:
         if self._slots.locked():
             self.live.capped += 1
         async with self._slots:
-            me = _Inflight(asyncio.current_task(), rec, tally, self.clock(), cfg.timeouts)
+            me = _Inflight(asyncio.current_task(), tally, self.clock(), cfg.timeouts)
             self._inflight[seq] = me
             self.live.inflight += 1
             try:
-                await self._exchange(rec, tally, body, headers, me)
+                await self._exchange(rec, tally, Exchange(seq, body, headers, t_sched))
             except asyncio.CancelledError:
                 rec.status = "timeout" if me.why else "cancelled"
                 rec.error = me.why or "run stopped before the answer ended"
@@ -285,114 +266,34 @@ class Engine:
         self._finish(rec, tally)
         return rec, tally.text
 
-    async def _exchange(
-        self, rec: Record, tally: StreamTally, body: bytes, headers: dict[str, str], me: _Inflight
-    ) -> None:
-        clock = self.clock
-        rec.t_sent = clock()  # replaced by the moment the request's bytes are handed to the socket
+    async def _exchange(self, rec: Record, tally: StreamTally, ex: Exchange) -> None:
         self.live.sent += 1
         try:
-            async with await self._post(body, headers, me) as resp:
-                rec.t_headers = arrived(resp.content) or clock()
-                rec.http_status = resp.status
-                if resp.status != 200:
-                    raw = await resp.content.read(4096)
-                    rec.status = "http_error"
-                    rec.error = redact(f"HTTP {resp.status}: {raw.decode('utf-8', 'replace')}", self._secrets)
-                    retry = resp.headers.get("Retry-After")
-                    if retry:
-                        rec.error = redact(f"{rec.error} (Retry-After: {retry})", self._secrets)
-                    return
-                # the hot path: each read stamped on arrival; held requests due meanwhile sent from there
-                await read_body(resp.content, tally.feed, clock, (self._next_due, self._send_due))
-                tally.close(clock())
-                if tally.events == 0:
-                    rec.status = "bad_stream"
-                    rec.error = f"HTTP 200 but no SSE events (Content-Type {resp.content_type!r})"
-                elif not tally.done and tally.finish_reason is None:
-                    rec.status = "disconnected"
-                    rec.error = "stream ended without [DONE] or a finish_reason"
+            # the hot path is inside: each read stamped on arrival and fed to the tally
+            await self.transport.exchange(ex, tally.feed)
+            if ex.status != 200:
+                rec.status = "http_error"
+                rec.error = redact(f"HTTP {ex.status}: {ex.error.decode('utf-8', 'replace')}", self._secrets)
+                if ex.retry_after:
+                    rec.error = redact(f"{rec.error} (Retry-After: {ex.retry_after})", self._secrets)
+                return
+            tally.close(self.clock())
+            if tally.events == 0:
+                rec.status = "bad_stream"
+                rec.error = f"HTTP 200 but no SSE events (Content-Type {ex.content_type!r})"
+            elif not tally.done and tally.finish_reason is None:
+                rec.status = "disconnected"
+                rec.error = "stream ended without [DONE] or a finish_reason"
         except StreamError as e:
             rec.status, rec.error = "http_error", redact(f"error in stream: {e}", self._secrets)
         except BadStream as e:
             rec.status, rec.error = "bad_stream", redact(str(e), self._secrets)
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
-            rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
-        except (aiohttp.ServerTimeoutError, asyncio.TimeoutError) as e:
-            rec.status, rec.error = "timeout", redact(f"{type(e).__name__}: {e}", self._secrets)
-        except aiohttp.ClientConnectionError as e:
-            rec.status, rec.error = "disconnected", redact(f"{type(e).__name__}: {e}", self._secrets)
-        except (aiohttp.ClientError, ValueError, OSError) as e:
+        except WireError as e:
+            rec.status, rec.error = e.status, redact(str(e), self._secrets)
+        except (ValueError, OSError) as e:
             rec.status, rec.error = "client_error", redact(f"{type(e).__name__}: {e}", self._secrets)
-
-    async def _post(self, body: bytes, headers: dict[str, str], me: _Inflight) -> aiohttp.ClientResponse:
-        """POST; again whenever it failed on a reused keep-alive connection before any answer.
-
-        A server may close an idle connection just as it is taken from the pool (llama.cpp
-        closes after every streamed answer while advertising keep-alive): the request then
-        never reached it, so sending it again is not a duplicate. Each such try drops one
-        dead pooled connection; a failure on a fresh connection, or after the answer began,
-        is never retried (it is the endpoint's and is recorded).
-        """
-        url = self._url
-        for _ in range(_STALE_RETRIES):
-            me.reused = False
-            try:
-                return await self._http.post(url, data=body, headers=headers)
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                if not me.reused:
-                    raise
-        me.reused = False
-        return await self._http.post(url, data=body, headers=headers)
-
-    def _early(self, seq: int) -> bool:
-        """Whether a request being written now is ahead of its instant (so is to be held)."""
-        me = self._inflight.get(seq)
-        return me is not None and me.rec.t_sched > self.clock()
-
-    async def _hold(self, seq: int, held: HeldWrite) -> None:
-        """Send a request's held bytes at its intended instant (it was started early).
-
-        A precise sleep sends them when the loop is free; when it is busy with a
-        burst of reads, the first read after the instant sends them (``_send_due``).
-        """
-        me = self._inflight.get(seq)
-        try:
-            if me is not None:
-                heapq.heappush(self._due, (me.rec.t_sched, seq, held))
-                self._next_due[0] = self._due[0][0]
-                try:
-                    await sleep_until(me.rec.t_sched, self.clock)
-                except BaseException:
-                    held.drop()  # cancelled: its bytes must never reach the connection
-                    raise
-            self._send_held(seq, held)
-        finally:
-            self._send_due(self.clock())
-
-    def _send_due(self, t: int) -> None:
-        """Send every held request due by ``t`` (called from a read, and after each hold),
-        and let go of those already sent or dropped."""
-        heap = self._due
-        while heap and (heap[0][0] <= t or heap[0][2].sent):
-            _, seq, held = heapq.heappop(heap)
-            self._send_held(seq, held)
-        self._next_due[0] = heap[0][0] if heap else _NEVER
-
-    def _send_held(self, seq: int, held: HeldWrite) -> None:
-        if not held.sent:
-            held.send()
-            self._on_written(seq)
-
-    def _on_send(self, seq: int, reused: bool) -> None:
-        me = self._inflight.get(seq)
-        if me is not None:
-            me.reused = reused
-
-    def _on_written(self, seq: int) -> None:
-        me = self._inflight.get(seq)
-        if me is not None:
-            me.rec.t_sent = self.clock()
+        finally:  # what the wire saw, however it ended
+            rec.t_sent, rec.t_headers, rec.http_status = ex.t_sent, ex.t_headers, ex.status
 
     def _finish(self, rec: Record, tally: StreamTally) -> None:
         if rec.t_done is not None:

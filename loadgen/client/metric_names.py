@@ -6,8 +6,8 @@ says which engine exported them (``detect_engine``) and maps them onto one
 normalized set of series (``SERIES``, via ``normalize``), so a report reads
 queue depth or KV-cache use the same way whatever served the run. Pure
 functions of the text, tested without a server; kept apart from
-``server_metrics`` (the scraper that fetches the text during a run and writes
-the rows) for that reason. Every name is importable from ``server_metrics`` too.
+``client.scrape`` (the scraper that fetches the text during a run and writes
+the rows) for that reason.
 """
 
 from __future__ import annotations

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.client.config import EngineConfig, Plan
-from loadgen.client.endpoint import endpoint_label
+from loadgen.client.config import Plan
 from loadgen.client.engine import Engine
-from loadgen.client.settings import RunSettings
+from loadgen.client.settings import RunSettings, engine_config
 from loadgen.clock import SpinMeter
 from loadgen.records import STREAM_NAME, RecordWriter
 from loadgen.schedule import offsets_ns, shard_indices
@@ -60,21 +59,7 @@ async def run_engine(
 ) -> dict[str, Any]:
     """Send one load point (or shard ``shard`` of ``shards`` of it, from a shared
     ``start_ns``); records go to ``run_dir/stream_name``. Returns client health."""
-    cfg = EngineConfig(
-        url=url,
-        model=model,
-        api=settings.api,
-        run_id=run_id,
-        endpoint_label=endpoint_label(url),
-        point=settings.point,
-        shard=shard,
-        shards=shards,
-        timeouts=settings.timeouts,
-        ignore_eos=settings.ignore_eos,
-        keep_text=settings.keep_text,
-        max_inflight=settings.max_inflight,
-        extra_body=settings.extra_body,
-    )
+    cfg = engine_config(settings, url, model, run_id, shard=shard, shards=shards)
     plan = build_plan(settings, workload, shard, shards)
     with RecordWriter(run_dir / stream_name) as writer:
         engine = Engine(cfg, writer, api_key=api_key)

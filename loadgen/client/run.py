@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
@@ -27,9 +26,9 @@ from loadgen import clock
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.point import run_engine
-from loadgen.client.settings import RunResult, RunSettings, settings_json
-from loadgen.errors import ConfigError, EndpointError
-from loadgen.records import compact, tool_info, write_json
+from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
+from loadgen.errors import EndpointError
+from loadgen.records import compact, make_folder, tool_info, write_json
 from loadgen.workload.base import Workload
 
 __all__ = ["execute", "run_point", "target", "discover_model", "host_info", "new_run_id"]
@@ -69,9 +68,7 @@ async def discover_model(url: str, api_key: str | None, timeout_s: float = 10.0)
 def target(endpoint: str | None, sim_flags: list[str]) -> Iterator[tuple[str, bool]]:
     """Yield (base URL, is_simulator): the given endpoint, or a fresh simulator process."""
     if endpoint:
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"--endpoint {endpoint!r}: expected an OpenAI base URL like http://host:8000/v1")
+        check_url("--endpoint", endpoint, "an OpenAI base URL like http://127.0.0.1:8000/v1")
         yield endpoint.rstrip("/"), False
         return
     from loadgen.sim.process import start_sim
@@ -149,8 +146,10 @@ def execute(
     sim_flags: list[str] | None = None,
     on_engine: Callable[[Engine], None] | None = None,
 ) -> RunResult:
-    """Run once: target up, records written and compacted, run.json complete."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Run once: target up, records written and compacted, run.json complete.
+
+    A folder that cannot be written is refused before the target is started or asked anything."""
+    make_folder(out)
     run_id = new_run_id()
     with target(settings.endpoint, sim_flags or []) as (url, is_sim):
         model = settings.model or asyncio.run(discover_model(url, api_key))

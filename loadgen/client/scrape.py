@@ -4,9 +4,9 @@ Why: the client sees latency; only the server knows why. Queue depth, running
 batch size, KV-cache pressure, preemptions and prefix-cache hits, on the same
 ``perf_counter_ns`` clock as the records, explain a TTFT knee or a throughput
 plateau. Engines name these differently, so every sample is also mapped onto one
-normalized set of series (``SERIES``; the parsing and the mapping are
-``server_series``, importable from here); the raw engine-prefixed values are
-kept beside it so nothing the engine said is lost.
+normalized set of series (``SERIES``; the parsing and the mapping are in
+``client.metric_names``); the raw engine-prefixed values are kept beside it so
+nothing the engine said is lost.
 
 Rows go to ``server_metrics.jsonl`` in the run folder, one JSON object per scrape,
 appended and flushed as they come, so a crash leaves every finished sample. A
@@ -39,6 +39,7 @@ import orjson
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_engine_metrics
 from loadgen.client.prometheus import metrics_url
+from loadgen.errors import ConfigError
 
 __all__ = ["ServerMetricsScraper", "ScraperThread", "summarize", "resolve_option"]
 
@@ -54,8 +55,6 @@ def resolve_option(option: str | None, base_url: str) -> str | None:
         return None
     parts = urlsplit(option)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        from loadgen.errors import ConfigError
-
         raise ConfigError(f"--server-metrics {option!r}: expected auto, off or a URL like http://host:8000/metrics")
     return option
 

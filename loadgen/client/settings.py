@@ -1,21 +1,70 @@
 """What a run is told: the settings that decide what it sends, and the engine config they give.
 
-Validated at construction, so a contradictory run is refused before anything is sent;
-run.json prints them (``settings_json``).
+``RunSettings`` is frozen and validated at construction, so a contradictory or
+out-of-range run is refused, with a message naming the flag and its value, before
+anything is sent (``dataclasses.replace`` validates again, so every sweep point is
+checked too). Its field defaults are the command line's defaults: ``loadgen run``
+reads them from here rather than repeating them. ``engine_config`` is the one place
+an engine's config is derived from a run's settings; run.json prints the settings
+(``settings_json``).
+
+Importing this module imports nothing heavy (the parsers of ``loadgen run`` read
+its defaults and limits while ``loadgen --help`` must stay fast).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from loadgen.client.config import Timeouts
+from loadgen.client.config import EngineConfig, Timeouts
+from loadgen.client.endpoint import endpoint_label
 from loadgen.errors import ConfigError
-from loadgen.schedule import Arrival
 
-__all__ = ["RunSettings", "RunResult", "api_key_from_env", "settings_json"]
+if TYPE_CHECKING:
+    from loadgen.schedule import Arrival
+
+__all__ = [
+    "RunSettings",
+    "RunResult",
+    "api_key_from_env",
+    "settings_json",
+    "engine_config",
+    "check_url",
+    "DEFAULT_DURATION_S",
+    "DEFAULT_CLOSED_REQUESTS",
+    "MAX_RATE",
+    "MAX_CONCURRENCY",
+    "MAX_REQUESTS",
+    "MAX_DURATION_S",
+    "MAX_WORKERS",
+    "MAX_INFLIGHT",
+    "MAX_SEED",
+]
+
+DEFAULT_DURATION_S = 10.0  # a run given neither a duration nor a request count sends for this long...
+DEFAULT_CLOSED_REQUESTS = 100  # ...except a closed loop, which sends this many requests
+
+# Limits: far beyond any sensible run, near enough to catch a typo before it costs
+# memory or a night. One client process times a few thousand requests per second
+# (benchmarks/client_capacity.py); ten million records are gigabytes of Parquet.
+MAX_RATE = 1e6  # requests (sessions) per second
+MAX_CONCURRENCY = 100_000  # closed-loop users
+MAX_REQUESTS = 10_000_000  # per run: --requests, or rate x duration when no count is given
+MAX_DURATION_S = 30 * 86_400.0  # 30 days
+MAX_WORKERS = 256
+MAX_INFLIGHT = 1_000_000
+MAX_SEED = 2**64 - 1
+
+
+def _default_arrival() -> Arrival:
+    from loadgen.schedule import Arrival  # numpy comes with it: not at import time (see the docstring)
+
+    return Arrival("poisson", rate=4.0)
 
 
 @dataclass(frozen=True)
@@ -23,10 +72,10 @@ class RunSettings:
     """Everything that decides what a run sends; printed in run.json and reports."""
 
     endpoint: str | None  # OpenAI base URL; None = the built-in simulator
-    model: str | None
+    model: str | None  # None: the first model the endpoint's /v1/models lists
     api: str = "chat"
-    arrival: Arrival = field(default_factory=lambda: Arrival("poisson", rate=4.0))
-    duration_s: float | None = 10.0
+    arrival: Arrival = field(default_factory=_default_arrival)
+    duration_s: float | None = DEFAULT_DURATION_S
     requests: int | None = None
     seed: int = 0
     warmup_s: float = 0.0
@@ -43,25 +92,106 @@ class RunSettings:
     server_metrics: str | None = None  # None/"auto": the endpoint's /metrics when it answers; "off"; a URL
 
     def __post_init__(self) -> None:
+        self._check_target()
+        self._check_load()
+        self._check_limits()
+
+    def _check_target(self) -> None:
+        if self.endpoint is not None:
+            check_url("--endpoint", self.endpoint, "an OpenAI base URL like http://127.0.0.1:8000/v1")
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ConfigError(f"--model {self.model!r}: give a model name (or leave it out to ask the endpoint)")
         if self.api not in ("chat", "completions"):
             raise ConfigError(f"--api {self.api!r}: use chat or completions")
+        if self.server_metrics not in (None, "auto", "off"):
+            check_url("--server-metrics", str(self.server_metrics), "auto, off or a URL like http://host:8000/metrics")
+        if not isinstance(self.extra_body, dict):
+            raise ConfigError(f"--extra-body {self.extra_body!r}: must be a JSON object")
+
+    def _check_load(self) -> None:
+        a = self.arrival
+        if a.rate is not None:
+            _check("--rate", a.rate, 0, MAX_RATE, above=True, unit=" requests/s")
+        if a.concurrency is not None:
+            _check("--concurrency", a.concurrency, 1, MAX_CONCURRENCY, integer=True)
         if self.duration_s is None and self.requests is None:
             raise ConfigError("give --duration or --requests (or both: whichever ends first)")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise ConfigError(f"--duration {self.duration_s}: must be > 0 seconds")
-        if self.requests is not None and self.requests <= 0:
-            raise ConfigError(f"--requests {self.requests}: must be >= 1")
-        if self.workers < 1:
-            raise ConfigError(f"--workers {self.workers}: must be >= 1")
-        if self.arrival.kind == "closed" and self.workers > (self.arrival.concurrency or 1):
-            raise ConfigError(f"--workers {self.workers} exceeds --concurrency {self.arrival.concurrency}")
-        if self.warmup_s < 0 or self.cooldown_s < 0:
-            raise ConfigError("--warmup and --cooldown must be >= 0 seconds")
+        if self.duration_s is not None:
+            _check("--duration", self.duration_s, 0, MAX_DURATION_S, above=True, unit=" seconds")
+        if self.requests is not None:
+            _check("--requests", self.requests, 1, MAX_REQUESTS, integer=True)
+        elif a.rate is not None and self.duration_s is not None and a.rate * self.duration_s > MAX_REQUESTS:
+            raise ConfigError(
+                f"--rate {a.rate:g} for --duration {self.duration_s:g} is ~{a.rate * self.duration_s:.3g} "
+                f"requests, more than a run's limit of {MAX_REQUESTS:,}; check the rate and duration"
+            )
+        _check("--seed", self.seed, 0, MAX_SEED, integer=True)
+        _check("--warmup", self.warmup_s, 0, MAX_DURATION_S, unit=" seconds")
+        _check("--cooldown", self.cooldown_s, 0, MAX_DURATION_S, unit=" seconds")
         if self.duration_s and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ConfigError(
-                f"--warmup {self.warmup_s} + --cooldown {self.cooldown_s} leave no measurement "
-                f"window in --duration {self.duration_s}"
+                f"--warmup {self.warmup_s:g} + --cooldown {self.cooldown_s:g} leave no measurement "
+                f"window in --duration {self.duration_s:g}"
             )
+
+    def _check_limits(self) -> None:
+        _check("--max-inflight", self.max_inflight, 1, MAX_INFLIGHT, integer=True)
+        _check("--drain", self.drain_s, 0, MAX_DURATION_S, unit=" seconds")
+        _check("--lag-limit-ms", self.lag_limit_ms, 0, 3.6e6, above=True, unit=" ms")
+        _check("--workers", self.workers, 1, MAX_WORKERS, integer=True)
+        _check("point", self.point, 0, MAX_REQUESTS, integer=True)
+        if self.arrival.kind == "closed" and self.workers > (self.arrival.concurrency or 1):
+            raise ConfigError(f"--workers {self.workers} exceeds --concurrency {self.arrival.concurrency}")
+
+
+def _check(
+    flag: str, value: object, lo: float, hi: float, *, above: bool = False, integer: bool = False, unit: str = ""
+) -> None:
+    """``value`` is a finite number (an integer if asked) in [lo, hi], or (lo, hi] when ``above``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (isinstance(value, int) or not integer):
+        if math.isfinite(value) and (value > lo if above else value >= lo) and value <= hi:
+            return
+    what = "an integer" if integer else "a finite number"
+    raise ConfigError(f"{flag} {value!r}: must be {what} in {'(' if above else '['}{_fmt(lo)}, {_fmt(hi)}]{unit}")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.0f}" if x.is_integer() else f"{x:g}"
+
+
+def check_url(flag: str, url: str, expected: str) -> str:
+    """``url`` if it is an http(s) URL with a host and a usable port; else a ConfigError naming ``flag``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:  # an unclosed [IPv6 literal, a port that is no number or out of range
+        raise ConfigError(f"{flag} {url!r}: not a valid URL ({str(e).lower()})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{flag} {url!r}: expected {expected}")
+    if port == 0:
+        raise ConfigError(f"{flag} {url!r}: port 0 cannot be connected to")
+    return url
+
+
+def engine_config(
+    settings: RunSettings, url: str, model: str, run_id: str, *, shard: int = 0, shards: int = 1
+) -> EngineConfig:
+    """What the engine of one shard (of ``shards``) of this run is told."""
+    return EngineConfig(
+        url=url,
+        model=model,
+        api=settings.api,
+        run_id=run_id,
+        endpoint_label=endpoint_label(url),
+        point=settings.point,
+        shard=shard,
+        shards=shards,
+        timeouts=settings.timeouts,
+        ignore_eos=settings.ignore_eos,
+        keep_text=settings.keep_text,
+        max_inflight=settings.max_inflight,
+        extra_body=settings.extra_body,
+    )
 
 
 @dataclass

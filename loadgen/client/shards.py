@@ -13,10 +13,13 @@ import multiprocessing as mp
 import signal
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
 from loadgen import clock
+from loadgen.client.point import run_engine
+from loadgen.client.settings import RunSettings
 from loadgen.workload.base import Workload
 
 __all__ = ["run_sharded"]
@@ -26,7 +29,7 @@ _READY_TIMEOUT_S = 120.0
 
 def _worker(
     conn: Connection,
-    settings: Any,
+    settings: RunSettings,
     workload: Workload,
     url: str,
     model: str,
@@ -37,8 +40,6 @@ def _worker(
     shards: int,
     stem: str,
 ) -> None:
-    from loadgen.client.point import run_engine
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the engine installs its own handler
     conn.send("ready")
     start_ns = conn.recv()
@@ -62,7 +63,7 @@ def _worker(
 
 
 def run_sharded(
-    settings: Any,
+    settings: RunSettings,
     workload: Workload,
     url: str,
     model: str,
@@ -75,7 +76,8 @@ def run_sharded(
     """Run the point over ``settings.workers`` processes; returns the merged client health."""
     ctx = mp.get_context("spawn")
     n = settings.workers
-    pipes, procs = [], []
+    pipes: list[Connection] = []
+    procs: list[SpawnProcess] = []
     for i in range(n):
         parent, child = ctx.Pipe()
         p = ctx.Process(
@@ -94,7 +96,7 @@ def run_sharded(
         start_ns = time.perf_counter_ns() + 100_000_000
         for conn in pipes:
             conn.send(start_ns)
-        clients = []
+        clients: list[dict[str, Any]] = []
         for conn, p in zip(pipes, procs, strict=False):
             try:
                 clients.append(conn.recv())

@@ -19,7 +19,7 @@ confidence too: the current run's optimistic bound must be worse than the
 baseline's pessimistic bound times the tolerance (each bound at half the error
 rate, so a false alarm is at most 1 - confidence). Noise cannot trip it.
 
-Pure functions of samples; the samples come from ``gate_points``.
+Pure functions of samples; the samples come from ``samples`` (``Point``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import stats as _sps
 
+from loadgen.analysis.attainment import attainment_interval
 from loadgen.analysis.stats import binomial_min_samples, mean_ci, percentile_ci
 from loadgen.analysis.window import Window
 
@@ -147,16 +148,14 @@ def mean_bounds(x: np.ndarray, confidence: float, bound: float, n_eff: int | Non
 
 
 def proportion(k: int, n: int, confidence: float, share: float, op: str) -> Measurement:
-    """k of n in %, with exact one-sided Clopper-Pearson bounds.
+    """k of n in %, with exact one-sided Clopper-Pearson bounds (``attainment_interval``'s).
 
     For ">= share" its lower bound clears ``share`` exactly when MLPerf's binomial
     rule does, so ``needed`` comes from ``binomial_min_samples`` too.
     """
     if n == 0:
         return Measurement(_NAN, _NAN, _NAN, 0, "Clopper-Pearson", confidence)
-    alpha = 1 - confidence
-    lo = 0.0 if k == 0 else float(_sps.beta.ppf(alpha, k, n - k + 1))
-    hi = 1.0 if k == n else float(_sps.beta.ppf(confidence, k + 1, n - k))
+    lo, hi = attainment_interval(k, n, confidence)
     misses = n - k if op == ">=" else k
     needed = None
     if op == ">=" and 0 < share < 1:

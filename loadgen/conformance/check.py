@@ -1,16 +1,18 @@
 """``loadgen check``: is this endpoint OpenAI-compatible, and honest about what it streams?
 
-A battery of small requests, each item pass / fail / skip with evidence. It runs
+A battery of small requests, each item pass / fail / skip (or inconclusive, when
+the client itself was too busy to tell) with evidence. It runs
 before a bake-off because every figure loadgen reports rests on these: TTFT
 needs real streaming, token throughput needs truthful ``usage``, fixed-length
 traffic needs ``max_tokens`` and ``ignore_eos`` honoured. Each item says what it
 proves in ``ITEMS``; docs/conformance.md says more.
 
 This module sends the requests (``Checker``, ``run_check``); what it reads off
-the socket is ``check_exchange`` (``Wire``, ``Stream``), and the items with the
-pure verdicts on them are ``check_verdicts``; their names are importable from
-here too. Everything the endpoint sends is clipped before it becomes evidence;
-every request has a timeout.
+the socket is ``exchange`` (``Wire``, ``Stream``, ``LoopWatch``), the items and
+the pure verdicts on them are ``check_items`` (the timing ones on ``arrivals``),
+and the two items that go through the official client are ``openai_client``.
+Everything the endpoint sends is clipped before it becomes evidence; every
+request has a timeout.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import orjson
 from loadgen.client.endpoint import endpoint_label
 from loadgen.conformance.check_items import (
     ITEMS,
-    client_evidence,
     combine,
     error_shape,
     framing,
@@ -41,7 +42,8 @@ from loadgen.conformance.check_items import (
     usage_present,
 )
 from loadgen.conformance.ci_outputs import Case, Outcome, clip
-from loadgen.conformance.exchange import Stream, Wire
+from loadgen.conformance.exchange import LoopWatch, Stream, Wire
+from loadgen.conformance.openai_client import openai_client_item, preload_openai
 from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["CheckOptions", "run_check"]
@@ -125,22 +127,8 @@ class Checker:
             return cases + [
                 item_case(k, "skip", "no model to ask for: pass --model") for k in ITEMS if k != "models-list"
             ]
-        a = await self.stream("chat", LONG_PROMPT)  # alone, so its timing is undisturbed
-        b_task = asyncio.gather(
-            self.stream("completions", LONG_PROMPT),
-            self.request("POST", self.o.url + "/chat/completions", self.body("chat", LONG_PROMPT, stream=False)),
-        )
-        items: list[tuple[str, Callable[[], Awaitable[Case]]]] = [
-            ("ignore-eos", self.ignore_eos),
-            ("stop-sequence", lambda: self.stop_sequence(a)),
-            ("openai-client-stream", self.openai_stream),
-            ("openai-client-nonstream", self.openai_nonstream),
-            ("error-unknown-model", self.error_unknown_model),
-            ("error-prompt-too-long", self.error_too_long),
-            ("error-malformed-body", self.error_malformed),
-        ]
-        results = await asyncio.gather(b_task, *(self._timed(k, f) for k, f in items))
-        (b, c_wire), rest = results[0], list(results[1:])
+        (a,) = await self.watched(self.stream("chat", LONG_PROMPT))  # alone, so its timing is undisturbed
+        (b, c_wire), rest = await asyncio.gather(self._second_pair(), self._independent_items(a))
         cases += [
             item_case("chat-stream-framing", *framing(a)),
             item_case("completions-stream-framing", *framing(b)),
@@ -155,6 +143,34 @@ class Checker:
         ]
         order = list(ITEMS)
         return sorted(cases, key=lambda c: order.index(c.name))
+
+    async def _second_pair(self) -> tuple[Stream, Wire]:
+        """The completions stream and the non-streamed chat answer, for the items comparing them."""
+        body = self.body("chat", LONG_PROMPT, stream=False)
+        return await asyncio.gather(
+            self.stream("completions", LONG_PROMPT), self.request("POST", self.o.url + "/chat/completions", body)
+        )
+
+    async def _independent_items(self, a: Stream) -> list[Case]:
+        """The items that send their own requests, all at once."""
+        items: list[tuple[str, Callable[[], Awaitable[Case]]]] = [
+            ("ignore-eos", self.ignore_eos),
+            ("stop-sequence", lambda: self.stop_sequence(a)),
+            ("openai-client-stream", lambda: self._openai("openai-client-stream", stream=True)),
+            ("openai-client-nonstream", lambda: self._openai("openai-client-nonstream", stream=False)),
+            ("error-unknown-model", self.error_unknown_model),
+            ("error-prompt-too-long", self.error_too_long),
+            ("error-malformed-body", self.error_malformed),
+        ]
+        return list(await asyncio.gather(*(self._timed(k, f) for k, f in items)))
+
+    async def watched(self, *streams: Awaitable[Stream]) -> list[Stream]:
+        """Streams whose timing is judged, read while a ``LoopWatch`` notes when the client was free."""
+        async with LoopWatch() as watch:
+            got = await asyncio.gather(*streams)
+        for s in got:
+            s.wire.looks = watch.looks
+        return list(got)
 
     async def _timed(self, name: str, fn: Callable[[], Awaitable[Case]]) -> Case:
         t0 = time.perf_counter()
@@ -271,45 +287,9 @@ class Checker:
         )
 
     async def _openai(self, name: str, stream: bool) -> Case:
-        try:
-            import openai
-        except ImportError:
-            return item_case(name, "skip", "the openai package is not installed")
-        client = openai.AsyncOpenAI(
-            base_url=self.o.url, api_key=self.o.api_key or "none", max_retries=0, timeout=self.o.timeout_s
-        )
-        msgs = [{"role": "user", "content": LONG_PROMPT}]
-        kw: dict[str, Any] = {"model": self.model, "max_tokens": 16}
-        try:
-            if stream:
-                opts = {"stream": True, "stream_options": {"include_usage": True}}
-                parts, usage = [], None
-                async for ch in await client.chat.completions.create(messages=msgs, **kw, **opts):
-                    parts += [c.delta.content or "" for c in ch.choices if c.delta]
-                    usage = ch.usage or usage
-                ctext = []
-                async for ch in await client.completions.create(prompt=LONG_PROMPT, **kw, **opts):
-                    ctext += [c.text or "" for c in ch.choices]
-                text, comp = "".join(parts), "".join(ctext)
-                return item_case(
-                    name, "pass" if text and comp and usage else "fail", client_evidence(text, usage, comp)
-                )
-            r = await client.chat.completions.create(messages=msgs, **kw)
-            cr = await client.completions.create(prompt=LONG_PROMPT, **kw)
-            text, comp = r.choices[0].message.content or "", cr.choices[0].text or ""
-            return item_case(
-                name, "pass" if text and comp and r.usage else "fail", client_evidence(text, r.usage, comp)
-            )
-        except Exception as e:  # the point is whether the client copes: any exception is the finding
-            return item_case(name, "fail", f"openai client raised {type(e).__name__}: {clip(e, 160)}")
-        finally:
-            await client.close()
-
-    async def openai_stream(self) -> Case:
-        return await self._openai("openai-client-stream", True)
-
-    async def openai_nonstream(self) -> Case:
-        return await self._openai("openai-client-nonstream", False)
+        assert self.model is not None  # run() asks nothing of a model it does not know
+        o = self.o
+        return await openai_client_item(name, o.url, o.api_key, self.model, o.timeout_s, LONG_PROMPT, stream=stream)
 
     async def error_unknown_model(self) -> Case:
         b = orjson.loads(self.body("chat", "Hello.", stream=False, max_tokens=1))
@@ -351,16 +331,13 @@ class Checker:
     async def concurrent(self) -> Case:
         n = self.o.streams
         prompts = [f"{LONG_PROMPT} Name the keeper Keeper {i + 1}." for i in range(n)]
-        got = await asyncio.gather(*(self.stream("chat", p, max_tokens=32) for p in prompts))
+        got = await self.watched(*(self.stream("chat", p, max_tokens=32) for p in prompts))
         return item_case("concurrent-streams", *overlap(got))
 
 
 async def run_check(opts: CheckOptions) -> Outcome:
     """Run the battery; exit code 0 when nothing failed (skips included), else 1."""
-    try:
-        import openai  # noqa: F401 - imported now, not mid-battery where it would stall the event loop
-    except ImportError:
-        pass
+    preload_openai()
     timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_connect=min(10.0, opts.timeout_s))
     connector = aiohttp.TCPConnector(limit=4 * opts.streams + 16)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, read_bufsize=1 << 20) as http:

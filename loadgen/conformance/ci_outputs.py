@@ -184,52 +184,49 @@ def to_junit(outcome: Outcome) -> str:
     suites: dict[str, list[Case]] = {}
     for c in outcome.cases:
         suites.setdefault(c.suite or outcome.kind, []).append(c)
-    totals = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
     for suite_name, cases in suites.items():
-        n_fail = sum(c.status == "fail" for c in cases)
-        n_skip = sum(c.status in ("inconclusive", "skip") for c in cases)
-        secs = sum(c.time_s for c in cases)
-        suite = ET.SubElement(
-            root,
-            "testsuite",
-            name=_x(suite_name),
-            tests=str(len(cases)),
-            failures=str(n_fail),
-            errors="0",
-            skipped=str(n_skip),
-            time=f"{secs:.3f}",
-        )
-        if outcome.header:
-            props = ET.SubElement(suite, "properties")
-            for label, value in outcome.header:
-                ET.SubElement(props, "property", name=_x(label), value=_x(clip(value, 1000)))
-        for c in cases:
-            tc = ET.SubElement(
-                suite,
-                "testcase",
-                name=_x(c.name),
-                classname=_x(f"loadgen.{outcome.kind}.{suite_name}"),
-                time=f"{c.time_s:.3f}",
-            )
-            msg = _x(clip(c.message, 1000))
-            if c.status == "fail":
-                el = ET.SubElement(tc, "failure", message=msg, type="FAIL")
-                el.text = _x(_details(c))
-            elif c.status in ("inconclusive", "skip"):
-                ET.SubElement(tc, "skipped", message=_x(f"{_MARK[c.status]}: {clip(c.message, 1000)}"))
-            if c.cells:
-                ET.SubElement(tc, "system-out").text = _x(_details(c))
-        totals["tests"] += len(cases)
-        totals["failures"] += n_fail
-        totals["skipped"] += n_skip
-        totals["time"] += secs
-    root.set("tests", str(totals["tests"]))
-    root.set("failures", str(totals["failures"]))
+        _junit_suite(root, outcome, suite_name, cases)
+    els = root.findall("testsuite")
+    for key in ("tests", "failures", "skipped"):
+        root.set(key, str(sum(int(el.get(key, "0")) for el in els)))
     root.set("errors", "0")
-    root.set("skipped", str(totals["skipped"]))
-    root.set("time", f"{totals['time']:.3f}")
+    root.set("time", f"{sum(c.time_s for c in outcome.cases):.3f}")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _junit_suite(root: ET.Element, outcome: Outcome, suite_name: str, cases: list[Case]) -> None:
+    """One ``<testsuite>``: its counts, the outcome's header as properties, a ``<testcase>`` per case."""
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=_x(suite_name),
+        tests=str(len(cases)),
+        failures=str(sum(c.status == "fail" for c in cases)),
+        errors="0",
+        skipped=str(sum(c.status in ("inconclusive", "skip") for c in cases)),
+        time=f"{sum(c.time_s for c in cases):.3f}",
+    )
+    if outcome.header:
+        props = ET.SubElement(suite, "properties")
+        for label, value in outcome.header:
+            ET.SubElement(props, "property", name=_x(label), value=_x(clip(value, 1000)))
+    for c in cases:
+        tc = ET.SubElement(
+            suite,
+            "testcase",
+            name=_x(c.name),
+            classname=_x(f"loadgen.{outcome.kind}.{suite_name}"),
+            time=f"{c.time_s:.3f}",
+        )
+        msg = _x(clip(c.message, 1000))
+        if c.status == "fail":
+            el = ET.SubElement(tc, "failure", message=msg, type="FAIL")
+            el.text = _x(_details(c))
+        elif c.status in ("inconclusive", "skip"):
+            ET.SubElement(tc, "skipped", message=_x(f"{_MARK[c.status]}: {clip(c.message, 1000)}"))
+        if c.cells:
+            ET.SubElement(tc, "system-out").text = _x(_details(c))
 
 
 def _details(c: Case) -> str:

@@ -1,15 +1,26 @@
-"""What the check reads off the socket: one HTTP exchange (``Wire``) and a streamed answer (``Stream``).
+"""What the check reads off the socket: one HTTP exchange (``Wire``), a streamed answer (``Stream``),
+and when the client was looking (``LoopWatch``).
 
-Kept apart from the battery (``loadgen.check``) so the verdicts can be tested on
-hand-made exchanges without a socket: a ``Stream`` is read from a ``Wire``'s
-timed reads by the same SSE parser and stream interpreter the engine uses,
-strictly for the framing items and leniently (malformed events dropped) for
-the rest, so one fault fails the item it concerns rather than every item.
+Kept apart from the battery (``check``) so the verdicts (``check_items``) can be
+tested on hand-made exchanges without a socket: a ``Stream`` is read from a
+``Wire``'s timed reads by the same SSE parser and stream interpreter the engine
+uses, strictly for the framing items and leniently (malformed events dropped)
+for the rest, so one fault fails the item it concerns rather than every item.
+
+A read's time is when the client got round to reading, not when the bytes
+arrived: a client whose event loop stalls (a busy machine) finds several chunks
+waiting and reads them at once. ``LoopWatch`` notes the instants the loop was
+free while the timing items ran, so their verdicts can tell a burst the server
+sent from one the client's own stall made.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import orjson
@@ -18,12 +29,16 @@ from loadgen.client.protocol.sse import BadStream, SSEParser
 from loadgen.client.protocol.tally import StreamTally
 from loadgen.conformance.ci_outputs import clip
 
-__all__ = ["Wire", "Stream"]
+__all__ = ["Wire", "Stream", "LoopWatch"]
 
 
 @dataclass
 class Wire:
-    """One HTTP exchange as read off the socket: every read with its perf_counter_ns time."""
+    """One HTTP exchange as read off the socket: every read with its perf_counter_ns time.
+
+    ``looks``: instants (perf_counter_ns) at which the client's event loop was free
+    during the exchange, from a ``LoopWatch``; empty when it was not watched.
+    """
 
     status: int | None = None
     content_type: str = ""
@@ -31,6 +46,7 @@ class Wire:
     t_done: int = 0
     reads: list[tuple[int, bytes]] = field(default_factory=list)
     error: str | None = None
+    looks: list[int] = field(default_factory=list)
 
     @property
     def body(self) -> bytes:
@@ -134,3 +150,37 @@ class Stream:
             f"{len(self.chunk_ns)} output chunks, usage completion_tokens={self.completion_tokens}, "
             f"finish_reason={self.finish_reason!r}"
         )
+
+
+class LoopWatch:
+    """The instants the client's event loop was free, noted by a task that wakes every millisecond.
+
+    Used as ``async with LoopWatch() as watch:`` around the requests whose timing is
+    judged; ``looks`` then holds one perf_counter_ns time per wake-up. A gap between
+    looks much longer than the period is a stall of the client (the machine was busy,
+    or a callback ran long): bytes that arrived during it were read at its end.
+    """
+
+    def __init__(self, period_s: float = 0.001) -> None:
+        self.period_s = period_s
+        self.looks: list[int] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopWatch:
+        self.looks.append(time.perf_counter_ns())
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.looks.append(time.perf_counter_ns())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            self.looks.append(time.perf_counter_ns())

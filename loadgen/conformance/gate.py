@@ -1,10 +1,9 @@
 """``loadgen gate``: judge a run folder against an SLO profile, and against a baseline run.
 
 Every criterion of the profile is measured at the load points it applies to
-(``gate_points``) with one-sided confidence bounds (``gate_bounds``, which also
-says why a verdict needs them); this module turns those into PASS / FAIL /
-INCONCLUSIVE cases with their reasons, adds the baseline comparison, and gives
-the exit code. Its names, and those of the two modules, are importable from here.
+(``samples``) with one-sided confidence bounds (``bounds``, which also says why a
+verdict needs them); this module turns those into PASS / FAIL / INCONCLUSIVE
+cases with their reasons, adds the baseline comparison, and gives the exit code.
 
 Everything here is a pure function of the records; only ``gate_run`` reads files.
 """
@@ -13,9 +12,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from loadgen.analysis.metrics import validity_warnings
+from loadgen.analysis.validity import validity_warnings
 from loadgen.conformance.bounds import (
     Measurement,
     compare,
@@ -29,7 +28,17 @@ from loadgen.conformance.samples import Point, load_points, select
 from loadgen.conformance.slo import Criterion, Profile
 from loadgen.errors import ConfigError
 
-__all__ = ["EXIT_PASS", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INCONCLUSIVE", "gate_run", "exit_code", "parse_tolerance"]
+__all__ = [
+    "EXIT_PASS",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_INCONCLUSIVE",
+    "Judgement",
+    "judge",
+    "gate_run",
+    "exit_code",
+    "parse_tolerance",
+]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 _NAN = math.nan
@@ -143,8 +152,18 @@ def _too_short(profile: Profile, p: Point) -> str | None:
     return None
 
 
-def judge(profile: Profile, points: list[Point], run_dir: Path) -> list[tuple[Criterion, Point, str, Measurement, str]]:
-    """(criterion, point, status, measurement, reason) for every criterion and point it applies to."""
+class Judgement(NamedTuple):
+    """One criterion at one load point: its verdict, the measurement behind it and the reason."""
+
+    criterion: Criterion
+    point: Point
+    status: str
+    m: Measurement
+    reason: str
+
+
+def judge(profile: Profile, points: list[Point], run_dir: Path) -> list[Judgement]:
+    """A judgement for every criterion and every point it applies to."""
     out = []
     for c in profile.criteria:
         for p in select(points, c, run_dir):
@@ -154,7 +173,7 @@ def judge(profile: Profile, points: list[Point], run_dir: Path) -> list[tuple[Cr
             short = _too_short(profile, p) if status == "pass" else None
             if short:
                 status, reason = "inconclusive", f"would pass ({reason}), but {short}"
-            out.append((c, p, status, m, reason))
+            out.append(Judgement(c, p, status, m, reason))
     return out
 
 
@@ -203,15 +222,12 @@ def gate_run(
 
 
 def _baseline_cases(
-    profile: Profile,
-    results: list[tuple[Criterion, Point, str, Measurement, str]],
-    bpoints: list[Point],
-    baseline: Path,
-    tolerance: float,
+    profile: Profile, results: list[Judgement], bpoints: list[Point], baseline: Path, tolerance: float
 ) -> list[Case]:
     conf2 = 1 - (1 - profile.confidence) / 2  # each side at half the error: a false alarm <= 1 - confidence
     cases = []
-    for c, p, _, _, _ in results:
+    for j in results:
+        c, p = j.criterion, j.point
         match = [b for b in bpoints if (b.label == p.label if p.label else True)]
         if c.at is not None:
             try:
@@ -224,31 +240,25 @@ def _baseline_cases(
                 _case(c, p, "baseline", "inconclusive", cur, "no matching load point in the baseline", "baseline: -")
             )
             continue
-        base = measure(c, match[0], conf2)
-        status, why = compare(cur, base, c.op, tolerance)
-        change = (cur.value - base.value) / abs(base.value) * 100 if base.value else _NAN
-        msg = f"{change:+.1f}% vs baseline {fmt_num(base.value)} {c.unit}; {why}" if change == change else why
-        limit = f"baseline {fmt_num(base.value)} {_bounds(base)} {'+' if c.op == '<=' else '-'}{fmt_pct(tolerance)}"
-        cases.append(
-            _case(
-                c,
-                p,
-                "baseline",
-                status,
-                cur,
-                msg,
-                limit,
-                {
-                    "baseline_value": _j(base.value),
-                    "baseline_lo": _j(base.lo),
-                    "baseline_hi": _j(base.hi),
-                    "baseline_n": base.n,
-                    "change_pct": _j(change),
-                    "tolerance": tolerance,
-                },
-            )
-        )
+        cases.append(_baseline_case(c, p, cur, measure(c, match[0], conf2), tolerance))
     return cases
+
+
+def _baseline_case(c: Criterion, p: Point, cur: Measurement, base: Measurement, tolerance: float) -> Case:
+    """The current run's measurement against the baseline's, both at the comparison confidence."""
+    status, why = compare(cur, base, c.op, tolerance)
+    change = (cur.value - base.value) / abs(base.value) * 100 if base.value else _NAN
+    msg = f"{change:+.1f}% vs baseline {fmt_num(base.value)} {c.unit}; {why}" if change == change else why
+    limit = f"baseline {fmt_num(base.value)} {_bounds(base)} {'+' if c.op == '<=' else '-'}{fmt_pct(tolerance)}"
+    extra = {
+        "baseline_value": _j(base.value),
+        "baseline_lo": _j(base.lo),
+        "baseline_hi": _j(base.hi),
+        "baseline_n": base.n,
+        "change_pct": _j(change),
+        "tolerance": tolerance,
+    }
+    return _case(c, p, "baseline", status, cur, msg, limit, extra)
 
 
 def _comparability(meta: dict[str, Any], bmeta: dict[str, Any]) -> list[str]:

@@ -4,12 +4,13 @@
 each with its window and a per-metric sample cache; every sample follows the
 definitions of ``metrics.summarize`` (through ``columns``), so the gate judges
 the same numbers the reports show. ``select`` picks the points a criterion's
-``at`` names. Kept apart from the statistics (``gate_bounds``) and the verdicts
+``at`` names. Kept apart from the statistics (``bounds``) and the verdicts
 (``gate``) because this is the only part that reads records.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.analysis.columns import Cols, itl_icl, ms
+from loadgen.analysis.columns import Cols, Floats, Ints, Mask, int_column, itl_icl, ms
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.points import point_window
 from loadgen.analysis.window import Window
@@ -30,6 +31,39 @@ if TYPE_CHECKING:
     from loadgen.conformance.slo import Criterion
 
 __all__ = ["Point", "load_points", "select"]
+
+
+@dataclass(frozen=True)
+class _Base:
+    """Per row of a point's records: what every sample is derived from (ms where a latency)."""
+
+    c: Cols
+    inwin: Mask
+    sent: Ints
+    has_sent: Mask
+    first: Ints
+    has_first: Mask
+    done: Ints
+    has_done: Mask
+    ttft: Floats  # NaN where not defined, as below
+    tpot: Floats
+    e2e: Floats
+
+    @classmethod
+    def of(cls, table: pa.Table, window: Window) -> _Base:
+        """TTFT, TPOT and E2E as ``metrics.summarize`` defines them (through ``columns``)."""
+        c = Cols.of(table)
+        (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
+            c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
+        )
+        ttft, tpot, e2e = (np.full(c.n, np.nan) for _ in range(3))
+        a = c.ok & has_first & (c.out >= 1)
+        ttft[a] = ms(first[a], c.t_sched[a])
+        a = c.ok & has_first & has_last & (c.out >= 2)
+        tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
+        a = c.ok & has_done
+        e2e[a] = ms(done[a], c.t_sched[a])
+        return cls(c, window.contains(c.t_sched), sent, has_sent, first, has_first, done, has_done, ttft, tpot, e2e)
 
 
 @dataclass
@@ -45,63 +79,36 @@ class Point:
     slo: SLO | None = None
     lag_limit_ms: float = 10.0
     warning: str | None = None  # the configured window could not be used
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _samples: dict[str, Floats] = field(default_factory=dict, repr=False)
+    _summary: Summary | None = field(default=None, repr=False)
 
     # -- samples, each by the definitions of metrics.summarize ------------------------
-    def _base(self) -> dict[str, Any]:
-        if "base" not in self._cache:
-            c = Cols.of(self.table)
-            w = self.window
-            inwin = w.contains(c.t_sched)
-            (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
-                c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
-            )
-            nan = np.full(c.n, np.nan)
-            ttft, tpot, e2e = nan.copy(), nan.copy(), nan.copy()
-            a = c.ok & has_first & (c.out >= 1)
-            ttft[a] = ms(first[a], c.t_sched[a])
-            a = c.ok & has_first & has_last & (c.out >= 2)
-            tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
-            a = c.ok & has_done
-            e2e[a] = ms(done[a], c.t_sched[a])
-            self._cache["base"] = dict(
-                c=c,
-                inwin=inwin,
-                sent=sent,
-                has_sent=has_sent,
-                first=first,
-                has_first=has_first,
-                done=done,
-                has_done=has_done,
-                ttft=ttft,
-                tpot=tpot,
-                e2e=e2e,
-            )
-        return self._cache["base"]
+    @functools.cached_property
+    def _base(self) -> _Base:
+        return _Base.of(self.table, self.window)
 
-    def samples(self, metric: str) -> np.ndarray:
+    def samples(self, metric: str) -> Floats:
         """The per-request (per-token, per-session) samples of a "dist" metric, in its unit."""
-        key = f"s:{metric}"
-        if key not in self._cache:
-            self._cache[key] = self._samples(metric)
-        return self._cache[key]
+        if metric not in self._samples:
+            self._samples[metric] = self._compute(metric)
+        return self._samples[metric]
 
-    def _samples(self, metric: str) -> np.ndarray:
-        b = self._base()
-        c, inwin = b["c"], b["inwin"]
+    def _compute(self, metric: str) -> Floats:
+        b = self._base
+        c, inwin = b.c, b.inwin
         if metric in ("ttft", "tpot", "e2e"):
-            x = b[metric][inwin]
+            x = {"ttft": b.ttft, "tpot": b.tpot, "e2e": b.e2e}[metric][inwin]
             return x[~np.isnan(x)]
         if metric == "ttft_sent":
-            m = inwin & ~np.isnan(b["ttft"]) & b["has_sent"]
-            return ms(b["first"][m], b["sent"][m])
+            m = inwin & ~np.isnan(b.ttft) & b.has_sent
+            return ms(b.first[m], b.sent[m])
         if metric == "per_user_tps":
-            x = b["tpot"][inwin]
+            x = b.tpot[inwin]
             x = x[~np.isnan(x)]
             return 1000.0 / x[x > 0]
         if metric == "schedule_lag":
-            m = inwin & b["has_sent"]
-            return ms(b["sent"][m], c.t_sched[m])
+            m = inwin & b.has_sent
+            return ms(b.sent[m], c.t_sched[m])
         if metric in ("itl", "icl"):
             itl, icl = itl_icl(c, inwin & c.ok)
             return itl if metric == "itl" else icl
@@ -109,60 +116,61 @@ class Point:
             return self._sessions()
         raise ValueError(f"{metric} has no per-sample values")
 
-    def _sessions(self) -> np.ndarray:
+    def _sessions(self) -> Floats:
         """Seconds from a session's first intended send to its last turn's end, for
         sessions whose first turn is in the window and whose every turn succeeded."""
-        b = self._base()
-        c = b["c"]
+        b = self._base
+        c = b.c
         if c.n == 0:
             return np.empty(0)
-        sess = np.asarray(pc.fill_null(self.table.column("session"), -1).to_numpy(), dtype=np.int64)
+        ids, has_id = int_column(self.table, "session")
+        sess = np.where(has_id, ids, -1)
         u, inv = np.unique(sess, return_inverse=True)
         start = np.full(u.size, np.iinfo(np.int64).max)
         np.minimum.at(start, inv, c.t_sched)
         end = np.zeros(u.size, dtype=np.int64)
-        np.maximum.at(end, inv, np.where(b["has_done"], b["done"], 0))
+        np.maximum.at(end, inv, np.where(b.has_done, b.done, 0))
         bad = np.zeros(u.size, dtype=bool)
-        np.logical_or.at(bad, inv, ~(c.ok & b["has_done"]))
+        np.logical_or.at(bad, inv, ~(c.ok & b.has_done))
         keep = ~bad & self.window.contains(start)
-        return (end[keep] - start[keep]).astype(np.float64) / 1e9
+        seconds: Floats = (end[keep] - start[keep]).astype(np.float64) / 1e9
+        return seconds
 
     def clusters(self, metric: str) -> int:
         """Requests that contributed per-token samples (the effective sample size)."""
-        b = self._base()
-        c = b["c"]
-        return int((b["inwin"] & c.ok & (c.c_len >= 2)).sum())
+        b = self._base
+        return int((b.inwin & b.c.ok & (b.c.c_len >= 2)).sum())
 
     def proportion(self, metric: str) -> tuple[int, int]:
         """(requests that count as a success, requests in the window)."""
-        b = self._base()
-        c, inwin = b["c"], b["inwin"]
-        good = c.ok
+        b = self._base
+        good = b.c.ok
         if metric == "attainment":
             good = good & self._met()
-        return int((good & inwin).sum()), int(inwin.sum())
+        return int((good & b.inwin).sum()), int(b.inwin.sum())
 
-    def _met(self) -> np.ndarray:
-        b = self._base()
+    def _met(self) -> Mask:
+        b = self._base
         if self.slo is None:
             raise ConfigError("this criterion needs the profile's `slo:` bounds")
-        return b["c"].ok & self.slo.met(b["ttft"], b["tpot"], b["e2e"])
+        met: Mask = b.c.ok & self.slo.met(b.ttft, b.tpot, b.e2e)
+        return met
 
-    def events(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    def events(self, metric: str) -> tuple[Ints, Floats]:
         """(time ns, weight) of what a rate counts: output tokens, completions, good completions."""
-        b = self._base()
-        c = b["c"]
+        b = self._base
+        c = b.c
         if metric == "output_tps":
             return c.c_ns, c.c_tok.astype(np.float64)
-        good = c.ok & b["has_done"]
+        good = c.ok & b.has_done
         if metric == "goodput":
             good = good & self._met()
-        return b["done"][good], np.ones(int(good.sum()))
+        return b.done[good], np.ones(int(good.sum()))
 
     def summary(self) -> Summary:
-        if "summary" not in self._cache:
-            self._cache["summary"] = summarize(self.table, self.window, self.slo)
-        return self._cache["summary"]
+        if self._summary is None:
+            self._summary = summarize(self.table, self.window, self.slo)
+        return self._summary
 
 
 def _point_entries(meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -187,38 +195,39 @@ def load_points(run_dir: Path, slo: SLO | None = None) -> tuple[dict[str, Any], 
         raise ConfigError(str(e)) from None
     entries = _point_entries(meta)
     multi = len(entries) > 1
-    points = []
-    for i, entry in enumerate(entries):
-        settings = entry.get("settings") if isinstance(entry.get("settings"), dict) else entry
-        index = int(entry.get("index", entry.get("point", settings.get("point", i))))
-        arrival = settings.get("arrival") or {}
-        closed = arrival.get("kind") == "closed"
-        rate = entry.get("rate", None if closed else arrival.get("rate"))
-        conc = entry.get("concurrency", arrival.get("concurrency"))
-        part = table.filter(pc.equal(table.column("point"), index)) if multi else table
-        window, warning = point_window(
-            part,
-            float(settings.get("warmup_s") or 0.0),  # as the reports do
-            float(settings.get("cooldown_s") or 0.0),
-            verb="judged",
-        )
-        label = ""
-        if multi:
-            label = f"rate {rate:g}" if rate is not None else f"concurrency {conc}" if conc else f"point {index}"
-        points.append(
-            Point(
-                index,
-                label,
-                None if rate is None else float(rate),
-                None if conc is None else int(conc),
-                part,
-                window,
-                slo,
-                float(settings.get("lag_limit_ms") or 10.0),
-                warning,
-            )
-        )
-    return meta, points
+    return meta, [_point(entry, i, table, multi, slo) for i, entry in enumerate(entries)]
+
+
+def _point(entry: dict[str, Any], i: int, table: pa.Table, multi: bool, slo: SLO | None) -> Point:
+    """The ``i``-th point of a run folder from its ``run.json`` entry (its records, when ``multi``, by index)."""
+    given = entry.get("settings")
+    settings: dict[str, Any] = given if isinstance(given, dict) else entry
+    index = int(entry.get("index", entry.get("point", settings.get("point", i))))
+    arrival: dict[str, Any] = settings.get("arrival") or {}
+    closed = arrival.get("kind") == "closed"
+    rate = entry.get("rate", None if closed else arrival.get("rate"))
+    conc = entry.get("concurrency", arrival.get("concurrency"))
+    part = table.filter(pc.equal(table.column("point"), pa.scalar(index))) if multi else table
+    window, warning = point_window(
+        part,
+        float(settings.get("warmup_s") or 0.0),  # as the reports do
+        float(settings.get("cooldown_s") or 0.0),
+        verb="judged",
+    )
+    label = ""
+    if multi:
+        label = f"rate {rate:g}" if rate is not None else f"concurrency {conc}" if conc else f"point {index}"
+    return Point(
+        index,
+        label,
+        None if rate is None else float(rate),
+        None if conc is None else int(conc),
+        part,
+        window,
+        slo,
+        float(settings.get("lag_limit_ms") or 10.0),
+        warning,
+    )
 
 
 def select(points: list[Point], criterion: Criterion, run_dir: Path) -> list[Point]:

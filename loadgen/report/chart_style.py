@@ -6,9 +6,9 @@ charts can be drawn from any thread. Output is deterministic (a fixed
 ``svg.hashsalt``, no date in the metadata) so the same records give the same
 report bytes, and text stays text (``svg.fonttype: none``), which keeps files
 small; math-text parsing is off, so a ``$`` in a label is just a dollar sign.
-Kept apart from ``charts`` (what each chart shows) because this is the part
-every chart shares: the style (``RC``, ``COLORS``, ``_styled``), the figure and
-axes helpers, and ``to_svg`` / ``to_png``.
+Kept apart from ``charts`` and ``detail_charts`` (what each chart shows) because
+this is the part every chart shares: the style (``RC``, ``COLORS``, ``styled``),
+the figure and axes helpers, and ``to_svg`` / ``to_png``.
 """
 
 from __future__ import annotations
@@ -17,16 +17,34 @@ import functools
 import io
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 import matplotlib
 import numpy as np
 from matplotlib import ticker
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["RC", "COLORS", "to_svg", "to_png"]
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only read by the type checker
 
-RC: dict[str, Any] = {
+__all__ = [
+    "RC",
+    "COLORS",
+    "styled",
+    "new_figure",
+    "new_axes",
+    "log_scale",
+    "legend_right",
+    "empty",
+    "finite",
+    "to_svg",
+    "to_png",
+]
+
+RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "loadgen",
     "svg.fonttype": "none",
     "text.parse_math": False,
@@ -47,7 +65,7 @@ _METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
 P = ParamSpec("P")
 
 
-def _styled(fn: Callable[P, Figure]) -> Callable[P, Figure]:
+def styled(fn: Callable[P, Figure]) -> Callable[P, Figure]:
     """Draw under RC: matplotlib reads most style at artist creation, not at save time."""
 
     @functools.wraps(fn)
@@ -58,7 +76,7 @@ def _styled(fn: Callable[P, Figure]) -> Callable[P, Figure]:
     return wrapper
 
 
-def _figure(w: float = 9.0, h: float = 4.0, right: float = 2.3, bottom: float = 0.5) -> Figure:
+def new_figure(w: float = 9.0, h: float = 4.0, right: float = 2.3, bottom: float = 0.5) -> Figure:
     """Fixed margins in inches (``right`` leaves room for the legend): constrained layout would
     double the drawing time of every chart."""
     fig = Figure(figsize=(w, h))
@@ -81,7 +99,8 @@ def to_png(fig: Figure, dpi: int = 120) -> bytes:
     return buf.getvalue()
 
 
-def _axes(fig: Figure) -> Any:
+def new_axes(fig: Figure) -> Axes:
+    """The figure's one plot."""
     return fig.add_subplot()
 
 
@@ -89,7 +108,7 @@ def _plain(v: float, _pos: int | None = None) -> str:
     return f"{v:g}"
 
 
-def _log(ax: Any, axis: str = "y") -> None:
+def log_scale(ax: Axes, axis: str = "y") -> None:
     """Log scale with plain tick labels (math text is off, so the default 10^k labels would show raw)."""
     a = ax.yaxis if axis == "y" else ax.xaxis
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
@@ -97,22 +116,27 @@ def _log(ax: Any, axis: str = "y") -> None:
     a.set_minor_formatter(ticker.NullFormatter())
 
 
-def _legend_right(ax: Any, handles: Any = None, labels: Any = None, x: float = 1.02) -> None:
+def legend_right(
+    ax: Axes, handles: Sequence[Artist] | None = None, labels: Sequence[str] | None = None, x: float = 1.02
+) -> None:
     """The legend beside the plot, where it cannot hide data (``x`` > 1.02 clears a right-hand axis)."""
-    if handles is None:
+    if handles is None or labels is None:
         handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(x, 1.0), borderaxespad=0.0)
 
 
-def _empty(ax: Any, text: str) -> None:
+def empty(ax: Axes, text: str) -> None:
+    """A plot with nothing to show says why, and has no axes ticks."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_xticks([])
     ax.set_yticks([])
 
 
-def _finite(*arrays: Sequence[float]) -> np.ndarray:
-    ok = np.ones(len(arrays[0]), dtype=bool)
-    for a in arrays:
-        ok &= np.isfinite(np.asarray(a, dtype=float))
+def finite(*arrays: ArrayLike) -> NDArray[np.bool_]:
+    """Where every one of the equally long arrays is a finite number."""
+    values = [np.asarray(a, dtype=float) for a in arrays]
+    ok = np.ones(values[0].shape, dtype=bool)
+    for v in values:
+        ok &= np.isfinite(v)
     return ok

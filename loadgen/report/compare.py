@@ -7,12 +7,15 @@ and name a winner only where the intervals separate.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+
+from matplotlib.figure import Figure
 
 from loadgen.analysis.compare import Comparison, Verdict
-from loadgen.report import charts
+from loadgen.analysis.stats import Dist
 from loadgen.report.chart_style import to_svg
+from loadgen.report.charts import Series, overlay_chart, pareto_chart
 from loadgen.report.markup import esc, figure_html, fmt, kv_html, page
 
 __all__ = ["render_compare", "write_compare", "COMPARE_CHART_IDS"]
@@ -43,74 +46,82 @@ def _verdict_rows(c: Comparison, verdicts: list[Verdict]) -> str:
 
 
 def _charts(c: Comparison) -> str:
+    """The overlaid Pareto frontiers, then goodput, TTFT p99 and TPOT p50 against load, one line per run."""
+    good, ttft, tpot = _overlay_series(c)
+    load = c.sides[0].analysis.load_unit
+    what = "goodput req/s (met the SLO)" if c.slo is not None else "completed req/s"
+    return "\n".join(
+        [
+            figure_html(
+                "pareto",
+                to_svg(_pareto(c)),
+                "Overlaid Pareto frontiers: output tok/s against per-user speed (median 1/TPOT).",
+            ),
+            figure_html(
+                "goodput",
+                to_svg(overlay_chart(good, x_label=load, y_label=what)),
+                f"{esc(what.capitalize())} against load, with 95% intervals.",
+            ),
+            figure_html(
+                "ttft-p99",
+                to_svg(overlay_chart(ttft, x_label=load, y_label="TTFT p99 ms", log_y=True)),
+                "TTFT p99 against load, with 95% order-statistic intervals.",
+            ),
+            figure_html(
+                "tpot-p50",
+                to_svg(overlay_chart(tpot, x_label=load, y_label="TPOT p50 ms", log_y=True)),
+                "Median TPOT against load, with 95% intervals.",
+            ),
+        ]
+    )
+
+
+def _pareto(c: Comparison) -> Figure:
     per_gpu = all(s.analysis.gpus is not None for s in c.sides)
     series = []
     for s in c.sides:
         a = s.analysis
         ys = [p.y if per_gpu else p.summary.output_tps for p in a.points]
         front = sorted(a.frontier, key=lambda i: a.points[i].x)
-        series.append(charts.Series(s.name, [p.x for p in a.points], ys, front))
+        series.append(Series(s.name, [p.x for p in a.points], ys, front))
     tpot = c.slo.tpot_ms if c.slo is not None else None
-    pareto = charts.pareto_chart(
+    return pareto_chart(
         series,
         y_label="output tok/s per GPU" if per_gpu else "output tok/s (aggregate)",
         x_min_slo=1000.0 / tpot if tpot else None,
     )
-    out = [
-        figure_html(
-            "pareto",
-            to_svg(pareto),
-            "Overlaid Pareto frontiers: output tok/s against per-user speed (median 1/TPOT).",
-        )
-    ]
-    good: dict[str, Any] = {}
-    ttft: dict[str, Any] = {}
-    tpot_s: dict[str, Any] = {}
+
+
+_Overlay = dict[str, tuple[list[float], list[float], list[tuple[float, float]]]]
+_NAN2 = (math.nan, math.nan)
+
+
+def _overlay_series(c: Comparison) -> tuple[_Overlay, _Overlay, _Overlay]:
+    """Per run, against load: goodput (or completed req/s without an SLO), TTFT p99, TPOT p50, with intervals."""
+    good: _Overlay = {}
+    ttft: _Overlay = {}
+    tpot: _Overlay = {}
     for s in c.sides:
         ps = sorted(s.analysis.points, key=lambda p: p.load)
         x = [p.load for p in ps]
         if c.slo is not None:
-            good[s.name] = (
-                x,
-                [p.summary.goodput_rps if p.summary.goodput_rps is not None else float("nan") for p in ps],
-                [p.goodput_ci or (float("nan"),) * 2 for p in ps],
-            )
+            rps = [math.nan if p.summary.goodput_rps is None else p.summary.goodput_rps for p in ps]
+            good[s.name] = (x, rps, [p.goodput_ci or _NAN2 for p in ps])
         else:
             good[s.name] = (x, [p.summary.completed_rps for p in ps], [])
-        ttft[s.name] = (
-            x,
-            [p.summary.ttft.pct(99)[0] if p.summary.ttft.n else float("nan") for p in ps],
-            [p.summary.ttft.pct(99)[1:] if p.summary.ttft.n else (float("nan"),) * 2 for p in ps],
-        )
-        tpot_s[s.name] = (
-            x,
-            [p.summary.tpot.pct(50)[0] if p.summary.tpot.n else float("nan") for p in ps],
-            [p.summary.tpot.pct(50)[1:] if p.summary.tpot.n else (float("nan"),) * 2 for p in ps],
-        )
-    load = c.sides[0].analysis.load_unit
-    what = "goodput req/s (met the SLO)" if c.slo is not None else "completed req/s"
-    out.append(
-        figure_html(
-            "goodput",
-            to_svg(charts.overlay_chart(good, x_label=load, y_label=what)),
-            f"{esc(what.capitalize())} against load, with 95% intervals.",
-        )
-    )
-    out.append(
-        figure_html(
-            "ttft-p99",
-            to_svg(charts.overlay_chart(ttft, x_label=load, y_label="TTFT p99 ms", log_y=True)),
-            "TTFT p99 against load, with 95% order-statistic intervals.",
-        )
-    )
-    out.append(
-        figure_html(
-            "tpot-p50",
-            to_svg(charts.overlay_chart(tpot_s, x_label=load, y_label="TPOT p50 ms", log_y=True)),
-            "Median TPOT against load, with 95% intervals.",
-        )
-    )
-    return "\n".join(out)
+        ttft[s.name] = (x, *_pct_series([p.summary.ttft for p in ps], 99))
+        tpot[s.name] = (x, *_pct_series([p.summary.tpot for p in ps], 50))
+    return good, ttft, tpot
+
+
+def _pct_series(dists: list[Dist], pct: float) -> tuple[list[float], list[tuple[float, float]]]:
+    """A percentile of each distribution and its interval (NaN where it has no samples)."""
+    values, cis = [], []
+    for d in dists:
+        v, lo, hi = d.pct(pct) if d.n else (math.nan, math.nan, math.nan)
+        values.append(v)
+        cis.append((lo, hi))
+    return values, cis
 
 
 def render_compare(c: Comparison) -> str:

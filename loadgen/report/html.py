@@ -7,7 +7,8 @@ configuration values) passes through ``html.escape``. Each chart sits in
 ``<figure class="chart" id="...">`` with a stable id, so tests and scrapers can
 find it. ``pareto.svg`` and ``pareto.png`` are written beside the report.
 The building blocks (escaping, number formats, the page shell and its CSP) are
-``markup``, shared with the comparison page; their names are importable from here.
+``markup``, shared with the comparison page (``compare``); the charts come from
+``html_charts``.
 """
 
 from __future__ import annotations
@@ -17,22 +18,24 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.compute as pc
-
-from loadgen.analysis.metrics import latency_samples
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
 from loadgen.analysis.stats import Dist
-from loadgen.analysis.timeseries import timeseries
-from loadgen.records import load_server_metrics
-from loadgen.report import charts
 from loadgen.report.chart_style import to_png, to_svg
+from loadgen.report.html_charts import (
+    cdf_figure,
+    errors_figure,
+    goodput_figure,
+    latency_figure,
+    pareto_caption,
+    pareto_figure,
+    server_figure,
+    timeseries_figure,
+)
 from loadgen.report.markup import esc, figure_html, fmt, fmt_ci, kv_html, page
 
 __all__ = ["write_report", "render_html", "CHART_IDS"]
 
 CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "server", "errors")
-_MAX_CDF_POINTS = 8
 
 
 def _pct(d: Dist, p: float, ci: bool = False) -> str:
@@ -49,7 +52,7 @@ def write_report(run_dir: Path, *, analysis: RunAnalysis | None = None, **analyz
     """Write report.html, pareto.svg and pareto.png into the run folder; returns the report's path."""
     run_dir = Path(run_dir)
     a = analysis if analysis is not None else analyze_run(run_dir, **analyze)
-    fig = _pareto(a)
+    fig = pareto_figure(a)
     svg = to_svg(fig)
     (run_dir / "pareto.svg").write_text(svg, encoding="utf-8")
     (run_dir / "pareto.png").write_bytes(to_png(fig))
@@ -73,45 +76,7 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
         _overview(a),
         _warnings(a),
         _points_table(a),
-        '<section id="charts"><h2>Charts</h2>',
-        figure_html("pareto", pareto_svg or to_svg(_pareto(a)), _pareto_caption(a)),
-        figure_html(
-            "goodput",
-            to_svg(_goodput(a)),
-            "Offered, completed and good (SLO-meeting) requests per second against load, with 95% "
-            "intervals; SLO attainment % on the right axis."
-            if a.slo
-            else "Offered and completed requests per second against load (give --slo for goodput).",
-        ),
-        figure_html(
-            "latency",
-            to_svg(_latency(a)),
-            "Latency percentiles against load; bands are the 95% order-statistic intervals "
-            "(an unbounded side is left open).",
-        ),
-        figure_html(
-            "cdf-ttft",
-            to_svg(_cdf(a, "ttft")),
-            "Distribution of TTFT (from the intended send time) per load point.",
-        ),
-        figure_html(
-            "cdf-itl",
-            to_svg(_cdf(a, "itl")),
-            "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k).",
-        ),
-        figure_html(
-            "timeseries",
-            to_svg(_timeseries(a)),
-            "The whole run over time; dotted lines mark where each load point started.",
-        ),
-        figure_html(
-            "server",
-            to_svg(_server(a)),
-            "What the server reported over the same time axis (its Prometheus /metrics, scraped every "
-            "second): requests running and waiting, and KV-cache use.",
-        ),
-        figure_html("errors", to_svg(_errors(a)), "Requests that did not succeed, per point and status."),
-        "</section>",
+        _charts(a, pareto_svg),
         _error_detail(a),
         _config(a),
         _method(a),
@@ -120,6 +85,49 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
         "</footer>",
     ]
     return page(title, "\n".join(parts))
+
+
+def _charts(a: RunAnalysis, pareto_svg: str | None) -> str:
+    """The charts section: every chart of ``CHART_IDS`` with its caption."""
+    goodput = (
+        "Offered, completed and good (SLO-meeting) requests per second against load, with 95% "
+        "intervals; SLO attainment % on the right axis."
+        if a.slo
+        else "Offered and completed requests per second against load (give --slo for goodput)."
+    )
+    figures = [
+        figure_html("pareto", pareto_svg or to_svg(pareto_figure(a)), pareto_caption(a)),
+        figure_html("goodput", to_svg(goodput_figure(a)), goodput),
+        figure_html(
+            "latency",
+            to_svg(latency_figure(a)),
+            "Latency percentiles against load; bands are the 95% order-statistic intervals "
+            "(an unbounded side is left open).",
+        ),
+        figure_html(
+            "cdf-ttft",
+            to_svg(cdf_figure(a, "ttft")),
+            "Distribution of TTFT (from the intended send time) per load point.",
+        ),
+        figure_html(
+            "cdf-itl",
+            to_svg(cdf_figure(a, "itl")),
+            "Distribution of inter-token latency (per token: a chunk of k tokens gives k gaps of g/k).",
+        ),
+        figure_html(
+            "timeseries",
+            to_svg(timeseries_figure(a)),
+            "The whole run over time; dotted lines mark where each load point started.",
+        ),
+        figure_html(
+            "server",
+            to_svg(server_figure(a)),
+            "What the server reported over the same time axis (its Prometheus /metrics, scraped every "
+            "second): requests running and waiting, and KV-cache use.",
+        ),
+        figure_html("errors", to_svg(errors_figure(a)), "Requests that did not succeed, per point and status."),
+    ]
+    return '<section id="charts"><h2>Charts</h2>' + "\n".join(figures) + "</section>"
 
 
 def _when(ns: Any) -> str:
@@ -212,202 +220,51 @@ def _warnings(a: RunAnalysis) -> str:
 
 
 def _points_table(a: RunAnalysis) -> str:
-    prices = list(a.prices)
-    gpu = a.gpus is not None
-    head = ["#", "load", "phase", "offered req/s", "sent req/s", "completed req/s", "output tok/s [95% CI]"]
-    head += ["output tok/s/GPU"] if gpu else []
-    head += [
-        "total tok/s",
-        "per-user tok/s p50",
-        "per-user p90",
-        "TTFT p50 ms",
-        "TTFT p99 ms [CI]",
-        "TPOT p50 ms",
-        "TPOT p99 ms",
-        "ITL p50 ms",
-        "ITL p99 ms",
-        "E2E p50 ms",
-        "E2E p99 ms [CI]",
-    ]
-    head += ["goodput req/s [CI]", "SLO attainment % [CI]"] if a.slo else []
-    head += ["lag p99 ms", "ok", "failed", "cancelled"] + [f"$/M out ({p})" for p in prices]
-    rows = []
-    for p in a.points:
-        s = p.summary
-        cells = [
-            str(p.index),
-            esc(p.short_label),
-            esc(p.phase),
-            esc(fmt(s.offered_rps)),
-            esc(fmt(s.sent_rps)),
-            esc(fmt(s.completed_rps)),
-            fmt_ci(s.output_tps, p.output_tps_ci),
-        ]
-        cells += [fmt_ci(p.y, p.y_ci)] if gpu else []
-        cells += [
-            esc(fmt(s.total_tps)),
-            esc(fmt(p.x)),
-            esc(fmt(p.per_user_p90)),
-            _pct(s.ttft, 50),
-            _pct(s.ttft, 99, True),
-            _pct(s.tpot, 50),
-            _pct(s.tpot, 99),
-            _pct(s.itl, 50),
-            _pct(s.itl, 99),
-            _pct(s.e2e, 50),
-            _pct(s.e2e, 99, True),
-        ]
-        if a.slo:
-            att = p.attainment_ci
-            cells += [
-                fmt_ci(s.goodput_rps, p.goodput_ci),
-                fmt_ci(s.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None),
-            ]
-        cells += [_pct(s.schedule_lag, 99), str(s.ok), str(s.failed), str(s.cancelled)]
-        cells += [esc(fmt(p.costs.get(name))) for name in prices]
-        cls = ' class="frontier"' if p.on_frontier else ""
-        rows.append(
-            f"<tr{cls}>"
-            + "".join(f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells))
-            + "</tr>"
-        )
-    th = "".join(f'<th class="l">{esc(h)}</th>' if i in (1, 2) else f"<th>{esc(h)}</th>" for i, h in enumerate(head))
+    rows = "".join(_point_row(a, p) for p in a.points)
+    th = "".join(
+        f'<th class="l">{esc(h)}</th>' if i in (1, 2) else f"<th>{esc(h)}</th>" for i, h in enumerate(_head(a))
+    )
     window = esc(a.points[0].summary.window.how) if a.points else ""
     kinds = sorted({p.label.split(" @ ")[0] for p in a.points if p.rate is not None})
     arrival = f" Arrivals: {esc(', '.join(kinds))}." if kinds else ""
     return (
         f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
         f"measurement window ({window}); ★ marks the Pareto frontier.{arrival}</p>"
-        f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+        f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table></div>'
         "</section>"
     )
 
 
-# --------------------------------------------------------------------------- charts
+def _head(a: RunAnalysis) -> list[str]:
+    """The points table's columns, in the order of ``_point_row``'s cells."""
+    head = ["#", "load", "phase", "offered req/s", "sent req/s", "completed req/s", "output tok/s [95% CI]"]
+    head += ["output tok/s/GPU"] if a.gpus is not None else []
+    head += ["total tok/s", "per-user tok/s p50", "per-user p90", "TTFT p50 ms", "TTFT p99 ms [CI]"]
+    head += ["TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms", "E2E p99 ms [CI]"]
+    head += ["goodput req/s [CI]", "SLO attainment % [CI]"] if a.slo else []
+    return head + ["lag p99 ms", "ok", "failed", "cancelled"] + [f"$/M out ({p})" for p in a.prices]
 
 
-def _pareto(a: RunAnalysis) -> Any:
-    s = charts.Series(
-        "run",
-        [p.x for p in a.points],
-        [p.y for p in a.points],
-        a.frontier,
-        [p.short_label.replace(" req/s", "") for p in a.points],
-        [p.y_ci for p in a.points],
-    )
-    tpot = a.slo.tpot_ms if a.slo is not None else None
-    return charts.pareto_chart(
-        [s],
-        y_label="output tok/s per GPU" if a.gpus else "output tok/s (aggregate)",
-        x_min_slo=1000.0 / tpot if tpot else None,
-    )
-
-
-def _pareto_caption(a: RunAnalysis) -> str:
-    per = f" per GPU ({fmt(a.gpus)} GPUs)" if a.gpus else ""
-    slo = (
-        f" The shaded region meets the TPOT bound of {esc(fmt(a.slo.tpot_ms))} ms."
-        if a.slo is not None and a.slo.tpot_ms
-        else ""
-    )
-    return (
-        f"Aggregate output tokens/s{per} against per-user speed (median 1/TPOT, measured per request); "
-        f"the line joins the non-dominated points, bars are 95% batch-means intervals.{slo}"
-    )
-
-
-def _goodput(a: RunAnalysis) -> Any:
-    ps = a.points
-    cap = a.capacity.rate if a.capacity else None
-    return charts.goodput_chart(
-        [p.load for p in ps],
-        [p.summary.offered_rps for p in ps],
-        [p.summary.completed_rps for p in ps],
-        [p.summary.goodput_rps for p in ps],
-        [p.goodput_ci for p in ps],
-        [p.summary.slo_attainment_pct for p in ps],
-        [p.attainment_ci for p in ps],
-        load_label=a.load_unit,
-        target_pct=a.target_pct if a.slo else None,
-        capacity=cap,
-    )
-
-
-def _latency(a: RunAnalysis) -> Any:
-    ps = a.points
-    series: dict[str, tuple[list[float], list[tuple[float, float]]]] = {}
-    for name, attr, pct in (
-        ("TTFT p50", "ttft", 50),
-        ("TTFT p99", "ttft", 99),
-        ("TPOT p50", "tpot", 50),
-        ("TPOT p99", "tpot", 99),
-        ("ITL p99", "itl", 99),
-        ("E2E p99", "e2e", 99),
-    ):
-        vals, cis = [], []
-        for p in ps:
-            d: Dist = getattr(p.summary, attr)
-            v, lo, hi = d.pct(pct) if d.n else (math.nan, math.nan, math.nan)
-            vals.append(v)
-            cis.append((lo, hi))
-        series[name] = (vals, cis)
-    bounds = {}
-    if a.slo is not None:
-        bounds = {k: v for k, v in (("TTFT", a.slo.ttft_ms), ("TPOT", a.slo.tpot_ms)) if v}
-    return charts.latency_chart([p.load for p in ps], series, load_label=a.load_unit, bounds=bounds)
-
-
-def _cdf_points(a: RunAnalysis) -> list[PointFigures]:
-    ps = sorted(a.points, key=lambda p: p.load)
-    if len(ps) <= _MAX_CDF_POINTS:
-        return ps
-    pick = np.unique(np.linspace(0, len(ps) - 1, _MAX_CDF_POINTS).round().astype(int))
-    return [ps[i] for i in pick]
-
-
-def _cdf(a: RunAnalysis, which: str) -> Any:
-    samples = {}
-    for p in _cdf_points(a):
-        sub = a.table.filter(pc.equal(a.table.column("point"), p.index)) if a.is_sweep else a.table
-        samples[p.short_label or f"point {p.index}"] = latency_samples(sub, p.summary.window)[which]
-    bound = None
-    if a.slo is not None:
-        bound = a.slo.ttft_ms if which == "ttft" else a.slo.tpot_ms
-    label = "TTFT ms (log)" if which == "ttft" else "inter-token latency ms (log)"
-    return charts.cdf_chart(samples, x_label=label, bound=bound)
-
-
-def _timeseries(a: RunAnalysis) -> Any:
-    t = a.table
-    if t.num_rows == 0:
-        return charts.timeseries_chart([])
-    t0 = int(pc.min(t.column("t_sched")).as_py())
-    t1 = int(pc.max(t.column("t_sched")).as_py())
-    interval = max(1.0, (t1 - t0) / 1e9 / 300)
-    marks = []
-    if a.is_sweep:
-        for p in a.points:
-            sub = t.filter(pc.equal(t.column("point"), p.index))
-            if sub.num_rows:
-                marks.append(((int(pc.min(sub.column("t_sched")).as_py()) - t0) / 1e9, f"#{p.index}"))
-    return charts.timeseries_chart(timeseries(t, interval), marks=marks)
-
-
-def _server(a: RunAnalysis) -> Any:
-    rows = [r for r in load_server_metrics(a.run_dir) or [] if "error" not in r and r.get("t_ns")]
-    if not rows or a.table.num_rows == 0:
-        return charts.server_chart([], [], [], [])
-    t0 = int(pc.min(a.table.column("t_sched")).as_py())
-    return charts.server_chart(
-        [(r["t_ns"] - t0) / 1e9 for r in rows],
-        [r.get("running") for r in rows],
-        [r.get("waiting") for r in rows],
-        [r.get("kv_cache_usage") for r in rows],
-    )
-
-
-def _errors(a: RunAnalysis) -> Any:
-    return charts.errors_chart([p.short_label for p in a.points], [p.summary.by_status for p in a.points])
+def _point_row(a: RunAnalysis, p: PointFigures) -> str:
+    """One load point's row of the points table (frontier points marked)."""
+    s = p.summary
+    cells = [str(p.index), esc(p.short_label), esc(p.phase), esc(fmt(s.offered_rps)), esc(fmt(s.sent_rps))]
+    cells += [esc(fmt(s.completed_rps)), fmt_ci(s.output_tps, p.output_tps_ci)]
+    cells += [fmt_ci(p.y, p.y_ci)] if a.gpus is not None else []
+    cells += [esc(fmt(s.total_tps)), esc(fmt(p.x)), esc(fmt(p.per_user_p90))]
+    cells += [_pct(s.ttft, 50), _pct(s.ttft, 99, True), _pct(s.tpot, 50), _pct(s.tpot, 99)]
+    cells += [_pct(s.itl, 50), _pct(s.itl, 99), _pct(s.e2e, 50), _pct(s.e2e, 99, True)]
+    if a.slo:
+        att = p.attainment_ci
+        cells += [
+            fmt_ci(s.goodput_rps, p.goodput_ci),
+            fmt_ci(s.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None),
+        ]
+    cells += [_pct(s.schedule_lag, 99), str(s.ok), str(s.failed), str(s.cancelled)]
+    cells += [esc(fmt(p.costs.get(name))) for name in a.prices]
+    cls = ' class="frontier"' if p.on_frontier else ""
+    tds = "".join(f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells))
+    return f"<tr{cls}>{tds}</tr>"
 
 
 # --------------------------------------------------------------------------- text sections

@@ -1,9 +1,11 @@
 """What the simulated server answers, apart from HTTP and timing: its configuration, how long an
 answer is, which words it says, where a stop string cuts it, and the SSE frames that carry it.
 
-Split from the server (``server.py``) so that these pure, I/O-free pieces are shared by the
-request handlers and the streaming writer (``stream_writer.py``) without either importing the
-other, and can be read and tested without a socket.
+These are pure, I/O-free functions of the request, kept apart from the HTTP side so that the
+request handlers (``server.py``) and the streaming writer (``stream_writer.py``) share one
+definition of an answer without importing each other, and so that they read and test without a
+socket. An answer is deterministic: its length and words follow from the prompt alone, so a run
+against the simulator can be checked token by token.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from loadgen.sim.faults import FaultSpec
 from loadgen.sim.model import SimRequest
 from loadgen.workload.tokenizer import BUILTIN, WORDS
 
-__all__ = ["SimConfig"]
+__all__ = ["SimConfig", "SseFrames", "apply_stop", "first_stop", "natural_length", "word_index"]
 
 
 @dataclass
 class SimConfig:
+    """What the server answers with, apart from timing (that is the ``TimingModel``'s)."""
+
     model_name: str = "sim"
     max_model_len: int = 131072
     tokens_per_chunk: int = 1
@@ -34,7 +38,7 @@ class SimConfig:
     truth_path: str | None = None
 
 
-def _natural_length(prompt_ids: list[int], mean: int) -> int:
+def natural_length(prompt_ids: list[int], mean: int) -> int:
     """Where the simulated model would emit EOS: a pure function of the prompt."""
     return _natural_draw(zlib.crc32(np.asarray(prompt_ids[-64:], dtype=np.int64).tobytes()), mean)
 
@@ -46,7 +50,7 @@ def _natural_draw(h: int, mean: int) -> int:
     return max(1, int(np.random.default_rng(h).exponential(mean)))
 
 
-class _Frames:
+class SseFrames:
     """The SSE frames of one streamed answer, pre-assembled around a fixed head so
     each token costs one bytes concatenation (the simulator must outpace loadgen)."""
 
@@ -75,18 +79,20 @@ class _Frames:
         return b"data: " + self.head + b',"choices":[],"usage":' + orjson.dumps(usage) + b"}\n\n"
 
 
-def _word_index(req: SimRequest, k: int) -> int:
+def word_index(req: SimRequest, k: int) -> int:
     """The k-th output word of a request: deterministic, cheap."""
     return (len(req.prompt_ids) * 31 + k * 7919) % len(WORDS)
 
 
-def _first_stop(text: str, stops: list[str]) -> int | None:
+def first_stop(text: str, stops: list[str]) -> int | None:
+    """Where the earliest of ``stops`` begins in ``text``, or None."""
     hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
     return min(hits) if hits else None
 
 
-def _apply_stop(text: str, n_words: int, stops: list[str], finish: str) -> tuple[str, int, str]:
-    cut = _first_stop(text, stops) if stops else None
+def apply_stop(text: str, n_words: int, stops: list[str], finish: str) -> tuple[str, int, str]:
+    """A whole answer cut at its first stop string: (text, tokens kept, finish reason)."""
+    cut = first_stop(text, stops) if stops else None
     if cut is None:
         return text, n_words, finish
     kept = text[:cut]

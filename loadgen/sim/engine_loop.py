@@ -1,12 +1,12 @@
 """The simulated engine's real-time loop: model steps run on the clock, tokens written at their end.
 
-Split from the simulated engine (``roofline.py``): this is the only part with a clock and an
-event loop, and the part that is timing-sensitive. ``EngineLoop._loop`` plans each step with
-the scheduler (``scheduler.py``), sleeps to the step's absolute end on the model clock (so
-sleep jitter never accumulates), writes the step's prepared tokens first thing at that
-instant, then does the step's bookkeeping and counts lateness. ``headroom`` lets the
-server's front-end work (request handling) run in the gaps between steps. ``start`` asks the
-kernel for fine timer slack on the thread the loop runs on (``_fine_timer_slack``).
+This is the only part of the engine with a clock and an event loop, and the part that is
+timing-sensitive, so it stands apart from what a step computes (``scheduler.py``) and costs
+(``step_cost.py``). ``EngineLoop._loop`` plans each step with the scheduler, waits for the step's
+absolute end on the model clock (so wake-up jitter never accumulates), writes the step's prepared
+tokens first thing at that instant, then does the step's bookkeeping and counts lateness.
+``headroom`` lets the server's front-end work (request handling) run in the gaps between steps.
+``start`` asks the kernel for fine timer slack on the thread the loop runs on (``_fine_timer_slack``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import gc
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from loadgen.clock import sleep_until
 from loadgen.sim.model import COALESCE_NS, Clock
-from loadgen.sim.scheduler import BatchScheduler, _Plan
+from loadgen.sim.scheduler import BatchScheduler, StepPlan
 
 __all__ = ["EngineLoop"]
 
@@ -75,6 +75,7 @@ class EngineLoop(BatchScheduler):
     # Set by ``RooflineModel.__init__``.
     clock: Clock
     late_threshold_ns: int
+    _wait_until: Callable[[int], Awaitable[None]]  # until the model clock reads a step's end
     _next_end: int | None  # the step in flight (its end on the model clock), for ``headroom``
     _stepped: asyncio.Event
     _slack_left: int  # overrun of the step in flight still allowed to front-end work
@@ -155,7 +156,7 @@ class EngineLoop(BatchScheduler):
         while True:
             start = self._next_start()
             plan = None if start is None else self._schedule(start)
-            if plan is None:
+            if start is None or plan is None:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
@@ -165,39 +166,14 @@ class EngineLoop(BatchScheduler):
             writes: list[Callable[[], None]] = []
             if now < end:  # to ~0.1 ms: no timer can be late past `end` (clock.py)
                 writes = self._prepare(plan)  # while there is time: the step's writes, ready to go
-                await sleep_until(end - _HOLD_NS, self.clock, spin_ns=_SPIN_NS, nap_ns=_NAP_NS)
-                left = end - self.clock()
-                if left > 0:
-                    time.sleep(left / 1e9)
+                await self._wait_until(end)
                 yielded = self.clock()
             elif now - yielded > _BEHIND_YIELD_NS:
                 # Behind: steps run back to back to catch up, but the server's I/O (new requests,
                 # and the writes of tokens that were emitted late, coalesced) still runs this often.
                 await asyncio.sleep(0)
                 yielded = self.clock()
-            # the model's clock stays at ``end`` (no drift); the ground truth is when tokens really
-            # went out: stamped now, then written to their sockets, first the prepared writes (one
-            # call each), then, in _complete's bookkeeping, the others by the server's sink. A step
-            # far behind gets no prepared writes: its tokens go the sink's way (coalesced, stream_writer.py).
-            emitted = written = self.clock()
-            if writes and emitted - end <= COALESCE_NS:
-                for write in writes:
-                    write()
-                written = self.clock()
-            else:
-                writes = []
-            # A step is late when its tokens went out (the last of them was handed to its socket)
-            # more than the threshold after the modelled instant. (Tokens emitted more than
-            # COALESCE_NS late are written later still, coalesced: their step counts late anyway.)
-            if self._complete(plan, end, emitted_ns=emitted) > len(writes) or not writes:
-                written = self.clock()  # a sink may have written in the bookkeeping
-            late = written - end
-            self._last_late_ns = late
-            self._c["steps"] += 1
-            if late > self._max_late_ns:
-                self._max_late_ns = late
-            if late > self.late_threshold_ns:
-                self._c["late"] += 1
+            self._count_lateness(self._emit(plan, end, writes) - end)
             # The writes just woke the streams' readers. One that shares this core (a client not
             # pinned elsewhere) was queued behind this loop; let it run now rather than after the
             # next step is planned: it halves the client-side delay of loopback tokens (p99).
@@ -207,7 +183,44 @@ class EngineLoop(BatchScheduler):
             self._stepped.clear()
             _collect_young()
 
-    def _prepare(self, plan: _Plan) -> list[Callable[[], None]]:
+    async def _sleep_to(self, end: int) -> None:
+        """The real-time wait for a step's end (the default ``_wait_until``): timers and naps to
+        ``_HOLD_NS`` before it, then one kernel sleep to the instant (see ``_SPIN_NS``)."""
+        await sleep_until(end - _HOLD_NS, self.clock, spin_ns=_SPIN_NS, nap_ns=_NAP_NS)
+        left = end - self.clock()
+        if left > 0:
+            time.sleep(left / 1e9)
+
+    def _emit(self, plan: StepPlan, end: int, writes: list[Callable[[], None]]) -> int:
+        """The step's end, now: its tokens stamped and written; returns when the last went to its socket.
+
+        The model's clock stays at ``end`` (no drift); the ground truth is when tokens really went
+        out: stamped now, then written, first the prepared writes (one call each), then, in
+        ``_complete``'s bookkeeping, the others by the server's sink. A step far behind gets no
+        prepared writes: its tokens go the sink's way (coalesced, stream_writer.py)."""
+        emitted = written = self.clock()
+        if writes and emitted - end <= COALESCE_NS:
+            for write in writes:
+                write()
+            written = self.clock()
+        else:
+            writes = []
+        if self._complete(plan, end, emitted_ns=emitted) > len(writes) or not writes:
+            written = self.clock()  # a sink may have written in the bookkeeping
+        return written
+
+    def _count_lateness(self, late: int) -> None:
+        """A step is late when its tokens went out (the last of them was handed to its socket) more
+        than the threshold after the modelled instant. (Tokens emitted more than COALESCE_NS late are
+        written later still, coalesced: their step counts late anyway.)"""
+        self._last_late_ns = late
+        self._c["steps"] += 1
+        if late > self._max_late_ns:
+            self._max_late_ns = late
+        if late > self.late_threshold_ns:
+            self._c["late"] += 1
+
+    def _prepare(self, plan: StepPlan) -> list[Callable[[], None]]:
         """The writes of the tokens this step will emit, made ready before its end by the requests'
         ``prepare`` (the server's direct streams), to be called first thing at the end."""
         writes = []

@@ -30,7 +30,7 @@ __all__ = ["SimRequest", "TimingModel", "FixedModel", "Clock", "COALESCE_NS"]
 
 Clock = Callable[[], int]
 # A token emitted more than this after its modelled instant (the model is far behind: the core cannot
-# keep up) is not written at once but with the tokens that follow it (stream_writer.py, ``_Writer.on_emit``):
+# keep up) is not written at once but with the tokens that follow it (``StreamWriter.on_emit``, stream_writer.py):
 # fewer writes, so the model catches up. Not lower: a brief stall of the core (a hypervisor taking it
 # for a millisecond) leaves a step a little late, and coalescing its tokens would make the next steps
 # late too, their tokens waiting for the same deferred write.

@@ -15,11 +15,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TypeVar
 
 __all__ = ["ChildServer", "SimProcess", "start_sim", "READY"]
 
 READY = "LOADGEN_SIM_READY "
+_Child = TypeVar("_Child", bound="ChildServer")
 
 
 class SimStartError(RuntimeError):
@@ -31,7 +32,7 @@ class ChildServer:
     (a pipe nobody drains could block it). Subclasses provide ``proc`` and ``errlog``."""
 
     proc: subprocess.Popen[str]
-    errlog: IO[Any]
+    errlog: IO[str]
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM by PID, then SIGKILL if it lingers."""
@@ -50,7 +51,7 @@ class ChildServer:
         self.errlog.seek(0)
         return self.errlog.read()
 
-    def __enter__(self):  # noqa: ANN204 - returns the subclass
+    def __enter__(self: _Child) -> _Child:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -61,7 +62,7 @@ class ChildServer:
 class SimProcess(ChildServer):
     proc: subprocess.Popen[str]
     url: str
-    errlog: IO[Any]
+    errlog: IO[str]
 
 
 def start_sim(args: list[str], timeout: float = 30.0) -> SimProcess:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -299,7 +300,11 @@ def _load_dir(kind: str) -> dict[str, tuple[str, Any]]:
     return out
 
 
-def _resolve(kind: str, name: str, parse: Any) -> Any:
+_P = TypeVar("_P", GpuProfile, ModelProfile)
+
+
+def _resolve(kind: str, name: str, parse: Callable[[Any, str], _P]) -> _P:
+    """The profile ``name`` of one kind (``gpus`` or ``models``): a YAML path, a file stem or an alias."""
     if name.endswith((".yaml", ".yml")):
         path = Path(name)
         try:

@@ -17,10 +17,11 @@ are NOT shifted to real time: lateness is counted (``late_steps_total``,
 tokens went out more than ``late_threshold_s`` after the step's end.
 docs/simulator.md derives every term and lists where each constant comes from.
 
-The model is assembled from three layers, each in its own module: the step-time model
-(``step_cost.py``), the continuous-batching scheduler (``scheduler.py``) and the real-time
-loop (``engine_loop.py``). ``RooflineModel`` sets their state up; this module stays the one
-to import from.
+``RooflineModel`` is that engine, assembled from three layers, each in its own module: the
+step-time model (``step_cost.py``), the continuous-batching scheduler (``scheduler.py``) and the
+real-time loop (``engine_loop.py``). This module holds what belongs to the whole engine: its
+configuration and the defaults that make it vLLM-like, the state the layers share (set up here,
+declared in each layer), the figures it reports on ``/metrics``, and ``offline_throughput``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loadgen.sim.engine_loop import EngineLoop
@@ -36,7 +38,7 @@ from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.profiles import GpuProfile, ModelProfile
 from loadgen.sim.profiles import gpu as load_gpu
 from loadgen.sim.profiles import model as load_model
-from loadgen.sim.scheduler import _Seq
+from loadgen.sim.scheduler import Seq
 
 __all__ = ["RooflineModel", "offline_throughput"]
 
@@ -49,6 +51,11 @@ class RooflineModel(EngineLoop):
     per-step CPU/launch cost of an engine with CUDA graphs; ``max_num_seqs`` 256,
     ``max_batch_tokens`` 8192, ``kv_util`` 0.9 and ``block_size`` 16 are vLLM's defaults.
     ``num_gpu_blocks_override`` fixes the KV pool size (as vLLM's option does) for tests.
+
+    ``clock`` is the model clock (ns); ``wait_until(t)`` returns once it reads ``t``. By default
+    that is the real clock and a precise real-time wait; a test drives the engine on a virtual
+    clock by passing both (the clock's wait moves it to ``t``), so nothing it checks depends on
+    how busy the machine is.
     """
 
     def __init__(
@@ -70,6 +77,7 @@ class RooflineModel(EngineLoop):
         clock: Clock = time.perf_counter_ns,
         num_gpu_blocks_override: int | None = None,
         late_threshold_s: float = 0.002,
+        wait_until: Callable[[int], Awaitable[None]] | None = None,
     ):
         self.gpu = load_gpu(gpu) if isinstance(gpu, str) else gpu
         self.model = load_model(model) if isinstance(model, str) else model
@@ -80,15 +88,16 @@ class RooflineModel(EngineLoop):
         self.step_overhead_s = step_overhead_s
         self.prefix_caching = prefix_cache
         self.clock = clock
+        self._wait_until = wait_until or self._sleep_to
         self.late_threshold_ns = int(late_threshold_s * 1e9)
         self._validate()
         self._constants()
         blocks = num_gpu_blocks_override or self._fit_blocks()
         self.pool = PrefixCache(blocks)
         self.max_model_len = min(self.model.max_context, blocks * block_size)
-        self._waiting: deque[_Seq] = deque()
-        self._running: list[_Seq] = []
-        self._seqs: dict[SimRequest, _Seq] = {}
+        self._waiting: deque[Seq] = deque()
+        self._running: list[Seq] = []
+        self._seqs: dict[SimRequest, Seq] = {}
         self._t_model = 0
         self._wakeup = asyncio.Event()
         # the step in flight (its end on the model clock), for ``headroom``; set after each step

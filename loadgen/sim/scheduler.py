@@ -1,12 +1,11 @@
 """The continuous-batching scheduler of the simulated engine, in model time.
 
-Split from the simulated engine (``roofline.py``): this is the part that decides *what* each
-step computes, apart from *when* it runs. ``_schedule`` plans a step the way vLLM's V1
-scheduler does (running sequences first, chunked prefills within the token budget, new
-requests FCFS while KV blocks last, the newest preempted when they run out); ``_complete``
-applies a finished step (KV grows, full prompt blocks enter the prefix cache, tokens are
-emitted). ``simulate`` runs these back to back in virtual time, for tests, docs and offline
-estimates; the real-time loop (``engine_loop.py``) runs the same two on the clock.
+It decides *what* each step computes, apart from *when* it runs, so that the same decisions drive
+both the real-time loop (``engine_loop.py``) and ``simulate``, which runs steps back to back in
+virtual time for tests, docs and offline estimates. ``_schedule`` plans a step the way vLLM's V1
+scheduler does (running sequences first, chunked prefills within the token budget, new requests
+FCFS while KV blocks last, the newest preempted when they run out); ``_complete`` applies a
+finished step (KV grows, full prompt blocks enter the prefix cache, tokens are emitted).
 """
 
 from __future__ import annotations
@@ -19,11 +18,13 @@ from loadgen.sim.model import SimRequest
 from loadgen.sim.prefix_cache import block_hashes
 from loadgen.sim.step_cost import StepCost
 
-__all__ = ["BatchScheduler"]
+__all__ = ["BatchScheduler", "Seq", "StepPlan"]
 
 
 @dataclass(eq=False, slots=True)
-class _Seq:
+class Seq:
+    """A request as the engine holds it: its prompt's block hashes, its KV, its progress."""
+
     req: SimRequest
     prompt_len: int
     hashes: list[int]  # chained hashes of the prompt's full blocks (empty: cache off)
@@ -36,18 +37,40 @@ class _Seq:
 
 
 @dataclass(slots=True)
-class _Plan:
-    items: list[_Seq]  # the sequences computed this step (each one's tokens: ``step_tokens``)
+class StepPlan:
+    """One planned step: what it computes and what it costs."""
+
+    items: list[Seq]  # the sequences computed this step (each one's tokens: ``step_tokens``)
     seconds: float
+
+
+class _Batch:
+    """A step being planned: the sequences in it, the token budget left, and the totals it is priced by."""
+
+    __slots__ = ("items", "budget", "tokens", "dec_ctx", "pre_attn", "kv")
+
+    def __init__(self, budget: int) -> None:
+        self.items: list[Seq] = []
+        self.budget = budget
+        self.tokens = self.dec_ctx = self.pre_attn = self.kv = 0
+
+    def add_prefill(self, s: Seq, n: int, c: int) -> None:
+        """``n`` prompt tokens of ``s`` after ``c`` already computed (each attends to all before it)."""
+        s.step_tokens = n
+        self.items.append(s)
+        self.budget -= n
+        self.pre_attn += n * c + n * (n + 1) // 2
+        self.tokens += n
+        self.kv += c + n
 
 
 class BatchScheduler(StepCost):
     """Queues, KV blocks and step planning of ``RooflineModel``; step costs from ``StepCost``."""
 
     # Set by ``RooflineModel.__init__``.
-    _waiting: deque[_Seq]
-    _running: list[_Seq]
-    _seqs: dict[SimRequest, _Seq]
+    _waiting: deque[Seq]
+    _running: list[Seq]
+    _seqs: dict[SimRequest, Seq]
     _t_model: int  # the model clock: the end of the last step
     _c: dict[str, int]  # counters for ``stats``
     _wakeup: asyncio.Event  # set on submit: the real-time loop waits on it while idle
@@ -63,7 +86,7 @@ class BatchScheduler(StepCost):
                 f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds max_model_len ({self.max_model_len}) tokens"
             )
         hashes = block_hashes(req.prompt_ids, self.block_size) if self.prefix_caching else []
-        s = _Seq(req, max(1, p), hashes)  # an empty prompt still has a BOS token to compute
+        s = Seq(req, max(1, p), hashes)  # an empty prompt still has a BOS token to compute
         self._seqs[req] = s
         self._waiting.append(s)
         self._c["prompt"] += p
@@ -107,7 +130,7 @@ class BatchScheduler(StepCost):
             return max(self._t_model, self._waiting[0].req.arrival_ns)
         return None
 
-    def _grow(self, s: _Seq, n: int) -> bool:
+    def _grow(self, s: Seq, n: int) -> bool:
         need = -(-(s.computed + n) // self.block_size) - s.blocks
         if need <= 0:
             return True
@@ -116,18 +139,31 @@ class BatchScheduler(StepCost):
         s.blocks += need
         return True
 
-    def _free(self, s: _Seq) -> None:
+    def _free(self, s: Seq) -> None:
         self.pool.release(s.cached)
         self.pool.free(s.blocks - len(s.cached))
         s.cached, s.blocks, s.committed, s.computed = [], 0, 0, 0
 
-    def _schedule(self, start: int) -> _Plan | None:
+    def _schedule(self, start: int) -> StepPlan | None:
         """Choose this step's work (allocating blocks, preempting, admitting) and its cost.
 
-        Runs once per step over every running sequence, so the decode case is kept tight: a
-        sequence asks the pool for blocks only when its tokens cross a block boundary."""
-        budget, items, running, bs = self.max_batch_tokens, [], self._running, self.block_size
-        tokens = dec_ctx = pre_attn = kv = 0
+        Running sequences go first; new requests are admitted only in a step that preempted
+        nobody (a preempted sequence is first in the queue, and must not be readmitted at once)."""
+        batch = _Batch(self.max_batch_tokens)
+        if not self._continue_running(batch):
+            self._admit(start, batch)
+        if not batch.items:
+            return None
+        return StepPlan(batch.items, self._step_s(batch.tokens, batch.dec_ctx, batch.pre_attn, batch.kv))
+
+    def _continue_running(self, batch: _Batch) -> bool:
+        """Give each running sequence its tokens this step, in order: a decode one, a prefill what the
+        budget leaves after one token for every decode behind it. Returns whether any was preempted.
+
+        Runs once per step over every running sequence, so it is kept tight (locals, no calls in the
+        common case): a sequence asks the pool for blocks only when its tokens cross a block boundary."""
+        running, bs, items = self._running, self.block_size, batch.items
+        budget, tokens, dec_ctx, pre_attn, kv = batch.budget, 0, 0, 0, 0
         decodes_left = 0
         for s in running:
             if s.prompt_len + s.req.emitted - s.computed == 1:
@@ -147,16 +183,10 @@ class BatchScheduler(StepCost):
                 i += 1
                 continue
             if c + n > s.blocks * bs:  # crosses into a block it does not hold yet
-                lost = False
-                while not self._grow(s, n):  # preempt the newest (vLLM: recompute)
-                    victim = running.pop()
-                    lost = victim is s
-                    preempted = True
-                    if not lost and victim.prompt_len + victim.req.emitted - victim.computed == 1:
-                        decodes_left -= 1
-                    self._preempt(victim)
-                    if lost:
-                        break
+                held = len(running)
+                lost, dropped = self._make_room(s, n)
+                preempted = preempted or len(running) < held
+                decodes_left -= dropped
                 if lost:  # s itself was preempted: it was the last one
                     break
             s.step_tokens = n
@@ -169,20 +199,42 @@ class BatchScheduler(StepCost):
             tokens += n
             kv += c + n
             i += 1
-        while not preempted and self._waiting and budget > 0 and len(running) < self.max_num_seqs:
-            s = self._waiting[0]
+        batch.budget, batch.tokens, batch.dec_ctx, batch.pre_attn, batch.kv = budget, tokens, dec_ctx, pre_attn, kv
+        return preempted
+
+    def _make_room(self, s: Seq, n: int) -> tuple[bool, int]:
+        """Grow ``s`` by ``n`` tokens' blocks, preempting the newest running sequences until they fit
+        (vLLM's recompute preemption). Returns whether ``s`` itself went, and how many of those that
+        went were decodes (each had a token of the budget reserved for it)."""
+        running, decodes = self._running, 0
+        while not self._grow(s, n):
+            victim = running.pop()
+            self._preempt(victim)
+            if victim is s:
+                return True, decodes
+            if victim.prompt_len + victim.req.emitted - victim.computed == 1:
+                decodes += 1
+        return False, decodes
+
+    def _admit(self, start: int, batch: _Batch) -> None:
+        """Admit waiting requests that arrived by ``start``, first come first served, while the budget,
+        ``max_num_seqs`` and the KV pool allow; a prefix-cache hit is KV already there. The first that
+        does not fit waits, and everyone behind it (no overtaking, as in vLLM)."""
+        waiting, running, pool, bs = self._waiting, self._running, self.pool, self.block_size
+        while waiting and batch.budget > 0 and len(running) < self.max_num_seqs:
+            s = waiting[0]
             if s.req.arrival_ns > start:
                 break
             total = s.prompt_len + s.req.emitted
-            hit, lru = self.pool.lookup(s.hashes, (total - 1) // self.block_size)
-            c = hit * self.block_size
-            n = min(total - c, budget)
-            new = -(-(c + n) // self.block_size) - hit
-            if new + lru > self.pool.num_free:
+            hit, lru = pool.lookup(s.hashes, (total - 1) // bs)
+            c = hit * bs
+            n = min(total - c, batch.budget)
+            new = -(-(c + n) // bs) - hit
+            if new + lru > pool.num_free:
                 break
-            self._waiting.popleft()
-            self.pool.acquire(s.hashes[:hit])
-            self.pool.allocate(new)
+            waiting.popleft()
+            pool.acquire(s.hashes[:hit])
+            pool.allocate(new)
             s.cached, s.committed, s.blocks, s.computed = s.hashes[:hit], hit, hit + new, c
             self._c["queries"] += total
             self._c["hits"] += c
@@ -192,23 +244,15 @@ class BatchScheduler(StepCost):
                 r.prefill_start_ns = start
                 r.cached_tokens = c
             running.append(s)
-            s.step_tokens = n
-            items.append(s)
-            budget -= n
-            pre_attn += n * c + n * (n + 1) // 2
-            tokens += n
-            kv += c + n
-        if not items:
-            return None
-        return _Plan(items, self._step_s(tokens, dec_ctx, pre_attn, kv))
+            batch.add_prefill(s, n, c)
 
-    def _preempt(self, s: _Seq) -> None:
+    def _preempt(self, s: Seq) -> None:
         self._free(s)
         s.req.preemptions += 1
         self._c["preempt"] += 1
         self._waiting.appendleft(s)
 
-    def _complete(self, plan: _Plan, end: int, emitted_ns: int | None = None) -> int:
+    def _complete(self, plan: StepPlan, end: int, emitted_ns: int | None = None) -> int:
         """Apply a finished step: KV grows, full prompt blocks enter the cache, tokens go out
         (stamped ``emitted_ns``, the real instant, when it differs from the model's ``end``).
 

@@ -9,10 +9,11 @@ chunk, a ``choices: []`` usage chunk, ``[DONE]``. Faults and quirks come from
 the emission time of every token) can be written as JSON lines.
 
 For speed on one core, a streamed token is written to its socket by the model's
-engine step itself, not by a handler task woken for it (``_Writer``, in
+engine step itself, not by a handler task woken for it (``StreamWriter``, in
 ``stream_writer.py``); request handling waits for room between steps
 (``TimingModel.headroom``). What an answer says (its length, words, stop strings, SSE
-frames) and ``SimConfig`` live in ``answer.py``; this module is the HTTP side.
+frames) and ``SimConfig`` live in ``answer.py``; this module is the HTTP side: routes,
+request validation with OpenAI-style errors, and the start and end of every answer.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from typing import Any
 import orjson
 from aiohttp import HttpVersion11, web
 
-from loadgen.sim.answer import SimConfig, _apply_stop, _Frames, _natural_length, _word_index
+from loadgen.sim.answer import SimConfig, SseFrames, apply_stop, natural_length, word_index
 from loadgen.sim.faults import FaultPlan, plan_for
 from loadgen.sim.model import FixedModel, SimRequest, TimingModel
-from loadgen.sim.stream_writer import _CUT, _STALL, _Writer
+from loadgen.sim.stream_writer import CUT, STALL, StreamWriter
 from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 __all__ = ["SimServer"]
@@ -80,8 +81,7 @@ class SimServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
         await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        bound = sock.getsockname()
+        bound = self._runner.addresses[0]
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{shown}:{bound[1]}/v1"
         return self.url
@@ -181,7 +181,7 @@ class SimServer:
             )
         limit = room if max_tokens is None else max_tokens
         ignore_eos = bool(body.get("ignore_eos")) and not cfg.faults.ignore_eos_ignored
-        n_out = limit if ignore_eos else min(limit, _natural_length(prompt_ids, cfg.natural_mean_tokens))
+        n_out = limit if ignore_eos else min(limit, natural_length(prompt_ids, cfg.natural_mean_tokens))
         if cfg.faults.ignore_max_tokens and max_tokens is not None:
             n_out = min(max(n_out, 2 * max_tokens), room)
         finish = "length" if n_out >= limit else "stop"
@@ -230,8 +230,8 @@ class SimServer:
         while not req.finished:
             await req.wait()
         await self.model.headroom(_FINISH_NS)
-        words = [WORDS[_word_index(req, k)] for k in range(req.emitted)]
-        text, n, finish = _apply_stop("".join(" " + w for w in words), n_words=len(words), stops=stops, finish=finish)
+        words = [WORDS[word_index(req, k)] for k in range(req.emitted)]
+        text, n, finish = apply_stop("".join(" " + w for w in words), n_words=len(words), stops=stops, finish=finish)
         created = int(time.time())
         if chat:
             message = {"role": "assistant", "content": text}
@@ -261,51 +261,26 @@ class SimServer:
         stops: list[str],
     ) -> web.StreamResponse:
         """Stream one answer. The handler only starts and ends it (and steps in for faults and a
-        backed-up socket): each token is written by the model's step itself (``_Writer.fire`` or
-        ``_Writer.on_emit``)."""
+        backed-up socket): each token is written by the model's step itself (``StreamWriter.fire`` or
+        ``StreamWriter.on_emit``)."""
         cfg = self.config
         opts = body.get("stream_options") or {}
-        include_usage = bool(opts.get("include_usage"))
-        continuous = bool(opts.get("continuous_usage_stats"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         if request.version == HttpVersion11:
             resp.enable_chunked_encoding()  # explicit, so the direct writes know the framing
         await resp.prepare(request)
-        frames = _Frames(req.rid, cfg.model_name, chat)
-        w = _Writer(req, frames, cfg, plan, stops, self._usage if continuous else None, resp.chunked)
-        headers_sent = False
+        frames = SseFrames(req.rid, cfg.model_name, chat)
+        usage = self._usage if opts.get("continuous_usage_stats") else None
+        w = StreamWriter(req, frames, cfg, plan, stops, usage, resp.chunked)
         try:
             if chat:
                 await resp.write(frames.role())
-                headers_sent = True
-            while True:
-                data = w.take()
-                if data:
-                    w.stamp()
-                    await resp.write(data)
-                    headers_sent = True
-                if w.error is not None:
-                    raise w.error
-                if w.action == _STALL:
-                    w.action = 0
-                    w.stalled = True
-                    await asyncio.sleep(cfg.faults.stall_s)
-                    continue
-                if w.action == _CUT:
-                    request.transport.close()  # type: ignore[union-attr]
-                    return resp
-                if w.complete():
-                    break
-                if data:
-                    continue  # more may have been emitted while the write waited for the socket
-                if headers_sent and not req.finished:
-                    w.go_direct(request.transport)
-                await req.wait()
-                w.direct = False
+            if not await self._relay(request, resp, w, headers_sent=chat):
+                return resp  # the connection was cut (the disconnect fault)
             req.sink = req.prepare = None
             await self.model.headroom(_FINISH_NS)
             final = [frames.finish(w.finish or finish)]
-            if include_usage:
+            if opts.get("include_usage"):
                 final.append(frames.usage(self._usage(req, w.sent)))
             final.append(b"data: [DONE]\n\n")
             await resp.write_eof(b"".join(final))  # one write: the last frames and the chunked end
@@ -316,3 +291,34 @@ class SimServer:
             w.direct = False
             req.sink = req.prepare = None
         return resp
+
+    async def _relay(self, request: web.Request, resp: web.StreamResponse, w: StreamWriter, headers_sent: bool) -> bool:
+        """Until the whole answer is taken: write what the model's steps did not, act at fault points,
+        and hand the stream to the steps (``go_direct``) whenever it is keeping up. False when the
+        connection was cut on purpose (the disconnect fault)."""
+        req = w.req
+        while True:
+            data = w.take()
+            if data:
+                w.stamp()
+                await resp.write(data)
+                headers_sent = True
+            if w.error is not None:
+                raise w.error
+            if w.action == STALL:
+                w.action = 0
+                w.stalled = True
+                await asyncio.sleep(self.config.faults.stall_s)
+                continue
+            if w.action == CUT:
+                if request.transport is not None:
+                    request.transport.close()
+                return False
+            if w.complete():
+                return True
+            if data:
+                continue  # more may have been emitted while the write waited for the socket
+            if headers_sent and not req.finished:
+                w.go_direct(request.transport)  # the headers are out: the steps may write from now on
+            await req.wait()
+            w.direct = False

@@ -1,9 +1,9 @@
 """What one engine step costs: the roofline of a GPU x model configuration.
 
-Split from the simulated engine (``roofline.py``) so that the arithmetic can be read, and
-checked against docs/simulator.md, apart from scheduling and timing. ``StepCost`` validates
-the configuration, precomputes per-unit costs (seconds per token, per context token, per
-expert's weights) and sizes the KV pool; ``_step_s`` then prices any step as
+The arithmetic stands apart from scheduling and timing so that it can be read, and checked
+against docs/simulator.md, on its own. ``StepCost`` validates the configuration, precomputes
+per-unit costs (seconds per token, per context token, per expert's weights) and sizes the KV
+pool; ``_step_s`` then prices any step as
 
     max(FLOPs / (peak x MFU), bytes / (HBM bandwidth x MBU)) + all-reduce + overhead
 

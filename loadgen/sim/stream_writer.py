@@ -1,10 +1,11 @@
 """The streaming writer of the simulated server: one streamed answer's state, and who writes its tokens.
 
-Split from the server (``server.py``) because this is the simulator's hot path and its subtlest
-part: ``_Writer`` turns newly emitted tokens into SSE bytes and, while a stream keeps up, writes
-them to the socket from inside the engine's step (``SimRequest.sink`` and ``prepare``), so a
-token costs one ``transport.write`` and no task wake-up. The HTTP handler (``server.py``) only
-starts and ends a stream, and takes over for faults, a backed-up socket or an error.
+This is the simulator's hot path and its subtlest part, so it stands apart from the HTTP handlers
+(``server.py``): ``StreamWriter`` turns newly emitted tokens into SSE bytes and, while a stream keeps
+up, writes them to the socket from inside the engine's step (``SimRequest.sink`` and ``prepare``),
+so a token costs one ``transport.write`` and no task wake-up. The simulator must outpace the client
+it measures, and on one core that is what lets it. The HTTP handler only starts and ends a stream,
+and takes over for faults, a backed-up socket or an error.
 """
 
 from __future__ import annotations
@@ -16,23 +17,25 @@ from typing import Any
 
 import orjson
 
-from loadgen.sim.answer import SimConfig, _first_stop, _Frames, _word_index
+from loadgen.sim.answer import SimConfig, SseFrames, first_stop, word_index
 from loadgen.sim.faults import FaultPlan
 from loadgen.sim.model import COALESCE_NS, SimRequest
 from loadgen.workload.tokenizer import WORDS
 
-__all__: list[str] = []  # package-internal: the server (server.py) is the public face
+__all__ = ["StreamWriter", "STALL", "CUT"]
 
-_WORD_JSON = [orjson.dumps(" " + w) for w in WORDS]
+_WORD_JSON = [orjson.dumps(" " + w) for w in WORDS]  # each word as a JSON string, made once
+_N_WORDS = len(WORDS)
+_now = time.perf_counter_ns  # the clock of ``written_ns``: the client's, for the ground truth
 _STOP_WINDOW = 256  # stop strings longer than this are not looked for across chunks
 
-_STALL, _CUT = 1, 2  # fault points where the handler takes over (it must await, or close the connection)
+STALL, CUT = 1, 2  # fault points where the handler takes over (it must await, or close the connection)
 # Bytes a stream may have queued in its socket (a slow reader) before its handler takes over from the
 # direct writes: the handler writes through aiohttp, which waits for the reader to drain.
 _DIRECT_LIMIT = 64 * 1024
 
 
-class _Writer:
+class StreamWriter:
     """The streaming state of one answer: the SSE bytes of each newly emitted token, and who writes them.
 
     ``take`` turns the tokens emitted since its last call into bytes (chunking by ``tokens_per_chunk``,
@@ -57,6 +60,7 @@ class _Writer:
         "plan",
         "buffered",
         "simple",
+        "faulty",
         "fast",
         "word0",
         "post",
@@ -81,7 +85,7 @@ class _Writer:
     def __init__(
         self,
         req: SimRequest,
-        frames: _Frames,
+        frames: SseFrames,
         cfg: SimConfig,
         plan: FaultPlan,
         stops: list[str],
@@ -91,16 +95,9 @@ class _Writer:
         self.req, self.frames, self.plan, self.stops, self.usage = req, frames, plan, stops, usage
         self.per_chunk = max(1, cfg.tokens_per_chunk)
         self.buffered = cfg.faults.buffered
-        self.simple = (
-            self.per_chunk == 1
-            and not stops
-            and usage is None
-            and not self.buffered
-            and plan.stall_at < 0
-            and plan.malformed_at < 0
-            and plan.disconnect_at < 0
-        )
-        self.word0 = len(req.prompt_ids) * 31  # see _word_index
+        self.faulty = plan.stall_at >= 0 or plan.malformed_at >= 0 or plan.disconnect_at >= 0
+        self.simple = self.per_chunk == 1 and not stops and usage is None and not self.buffered and not self.faulty
+        self.word0 = len(req.prompt_ids) * 31  # see answer.word_index
         self.fast = self.simple and chunked  # on_emit's inlined path applies
         self.post = frames.mid + b"}\n\n"  # a token frame is frames.pre + word + post
         self.framed = len(frames.pre) + len(self.post)
@@ -108,7 +105,7 @@ class _Writer:
         self.held: list[bytes] = []
         self.tail = ""
         self.finish: str | None = None  # "stop" once a stop string cut the answer
-        self.action = 0  # _STALL or _CUT: the handler must act before anything more is taken
+        self.action = 0  # STALL or CUT: the handler must act before anything more is taken
         self.stalled = self.stopped = False
         self.transport: Any = None
         self.chunked = chunked
@@ -148,34 +145,25 @@ class _Writer:
             return b"".join([token(_WORD_JSON[(word0 + k * 7919) % _N_WORDS]) for k in range(sent, ready)])
         if not req.finished and ready - sent < self.per_chunk:
             return b""
-        frames, plan, stops = self.frames, self.plan, self.stops
+        return self._release(self._chunks(ready))
+
+    def _chunks(self, ready: int) -> list[bytes]:
+        """The frames of the tokens from ``sent`` up to ``ready``, ``tokens_per_chunk`` a frame (a partial
+        chunk only at the end of the answer); stops at a fault point or a stop string. Advances ``sent``."""
+        req, frames, per_chunk = self.req, self.frames, self.per_chunk
         out: list[bytes] = []
+        sent = self.sent
         while sent < ready:
-            k = min(self.per_chunk, ready - sent)
-            if k < self.per_chunk and not req.finished:
+            k = min(per_chunk, ready - sent)
+            if k < per_chunk and not req.finished:
                 break  # a partial chunk only ends the answer: the rest waits for more tokens
-            if sent <= plan.stall_at < sent + k and not self.stalled:
-                self.action = _STALL
+            if self.faulty and self._fault_point(sent, k, out):
                 break
-            if sent <= plan.malformed_at < sent + k:
-                out.append(b"data: {not json\n\n")
-            if sent <= plan.disconnect_at < sent + k:
-                self.action = _CUT
-                break
-            idx = [_word_index(req, j) for j in range(sent, sent + k)]
+            idx = [word_index(req, j) for j in range(sent, sent + k)]
             piece = "".join(" " + WORDS[i] for i in idx)
-            if stops:
-                self.tail += piece
-                cut = _first_stop(self.tail, stops)
-                if cut is not None:
-                    keep = piece[: max(0, len(piece) - (len(self.tail) - cut))]
-                    if keep:
-                        out.append(frames.token(orjson.dumps(keep)))
-                    sent += k
-                    self.finish, self.stopped = "stop", True
-                    req.finished = True  # the model frees it at its next step
-                    break
-                self.tail = self.tail[-_STOP_WINDOW:]
+            if self.stops and self._stopped_in(piece, out):
+                sent += k
+                break
             word_json = _WORD_JSON[idx[0]] if k == 1 else orjson.dumps(piece)
             usage = b""
             if self.usage is not None:
@@ -183,7 +171,40 @@ class _Writer:
             out.append(frames.token(word_json, usage))
             sent += k
         self.sent = sent
-        if self.buffered and not req.finished:
+        return out
+
+    def _fault_point(self, sent: int, k: int, out: list[bytes]) -> bool:
+        """The faults planned within the next chunk (tokens ``sent`` .. ``sent + k``): a malformed line
+        goes into ``out``; a stall or a cut sets ``action`` and returns True (the handler acts first)."""
+        plan = self.plan
+        if sent <= plan.stall_at < sent + k and not self.stalled:
+            self.action = STALL
+            return True
+        if sent <= plan.malformed_at < sent + k:
+            out.append(b"data: {not json\n\n")
+        if sent <= plan.disconnect_at < sent + k:
+            self.action = CUT
+            return True
+        return False
+
+    def _stopped_in(self, piece: str, out: list[bytes]) -> bool:
+        """Whether a stop string ends the answer within ``piece`` (looked for across chunks, over the
+        last ``_STOP_WINDOW`` characters); if so the part before it goes into ``out`` and the answer ends."""
+        self.tail += piece
+        cut = first_stop(self.tail, self.stops)
+        if cut is None:
+            self.tail = self.tail[-_STOP_WINDOW:]
+            return False
+        keep = piece[: max(0, len(piece) - (len(self.tail) - cut))]
+        if keep:
+            out.append(self.frames.token(orjson.dumps(keep)))
+        self.finish, self.stopped = "stop", True
+        self.req.finished = True  # the model frees it at its next step
+        return True
+
+    def _release(self, out: list[bytes]) -> bytes:
+        """The bytes to write now: nothing while the ``buffered`` fault holds the answer back, then all of it."""
+        if self.buffered and not self.req.finished:
             self.held.extend(out)
             return b""
         if self.held:
@@ -252,9 +273,10 @@ class _Writer:
         if self.pending:
             return  # a flush is due: it takes this token too
         try:
-            if req.emit_ns and req.emit_ns[-1] - req.model_ns[-1] > COALESCE_NS:
+            loop = self.loop  # set with ``direct`` (go_direct)
+            if loop is not None and req.emit_ns and req.emit_ns[-1] - req.model_ns[-1] > COALESCE_NS:
                 self.pending = True
-                self.loop.call_soon(self.flush)  # type: ignore[union-attr]
+                loop.call_soon(self.flush)
                 return
             t = self.transport
             sent = self.sent
@@ -300,7 +322,3 @@ class _Writer:
         if not self.direct:
             req.sink = None
             req.notify()
-
-
-_N_WORDS = len(WORDS)
-_now = time.perf_counter_ns

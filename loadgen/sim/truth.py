@@ -59,5 +59,9 @@ def timing_error(records: pa.Table, truth_path: Path) -> TimingError:
         first.append(seen[0] - wrote[0])
         token.append(seen - wrote)
         itl.append(np.diff(seen) - np.diff(wrote))
-    cat = lambda xs: np.concatenate(xs) / 1e6 if xs else np.empty(0)  # noqa: E731
-    return TimingError(np.asarray(first) / 1e6, cat(token), cat(itl), matched, mismatched)
+    return TimingError(np.asarray(first) / 1e6, _ms(token), _ms(itl), matched, mismatched)
+
+
+def _ms(parts: list[np.ndarray]) -> np.ndarray:
+    """Nanosecond arrays joined, in ms (empty when there are none)."""
+    return np.concatenate(parts) / 1e6 if parts else np.empty(0)

@@ -128,7 +128,8 @@ def _parse_range(part: str, what: str) -> list[float]:
     geometric = bits[2][0] == "x"
     if start <= 0 or stop < start or (step <= 1 if geometric else step <= 0):
         raise ConfigError(f"{what} {part!r}: need 0 < START <= STOP and a growing step")
-    vals, v = [], start
+    vals: list[float] = []
+    v = start
     while v <= stop * (1 + 1e-9) and len(vals) < 100:
         vals.append(v)
         v = v * step if geometric else v + step

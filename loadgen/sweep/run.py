@@ -21,9 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from loadgen.analysis.metrics import SLO, Summary, summarize, validity_warnings
-from loadgen.analysis.points import compact_warnings, point_window, slo_to_json
+from loadgen.analysis.metrics import SLO, Summary, summarize
+from loadgen.analysis.points import point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
+from loadgen.analysis.validity import compact_warnings, validity_warnings
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.run import (

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import TextSource
@@ -24,7 +25,11 @@ __all__ = ["Workload", "SyntheticChat", "Base", "with_prefix", "renumber"]
 
 
 class Workload(Protocol):
-    name: str
+    """What the engine, the sweep and previews need from any workload."""
+
+    @property
+    def name(self) -> str:
+        """Shown in reports and run.json."""
 
     @property
     def size(self) -> int | None:
@@ -34,7 +39,7 @@ class Workload(Protocol):
     def session(self, i: int) -> Session:
         """Session ``i``: a pure function of the workload spec, its seed and ``i``."""
 
-    def offsets_ns(self) -> np.ndarray | None:
+    def offsets_ns(self) -> npt.NDArray[np.int64] | None:
         """Arrival offsets carried by the workload itself (trace replay), else None."""
 
     def describe(self) -> dict[str, Any]:
@@ -68,7 +73,7 @@ class SyntheticChat:
             turns=(Turn(text=salt + body, max_tokens=self.output_tokens, prompt_tokens=n),),
         )
 
-    def offsets_ns(self) -> np.ndarray | None:
+    def offsets_ns(self) -> npt.NDArray[np.int64] | None:
         return None
 
     def describe(self) -> dict[str, Any]:
@@ -84,10 +89,10 @@ class SyntheticChat:
 # -- text --------------------------------------------------------------------------
 
 _STREAM_TOKENS = 1 << 20
-_streams: dict[int, np.ndarray] = {}
+_streams: dict[int, npt.NDArray[np.int16]] = {}
 
 
-def _window(seed: int, i: int, n: int) -> np.ndarray:
+def _window(seed: int, i: int, n: int) -> npt.NDArray[np.int16]:
     """``n`` word ids for session ``i``: a window of one random stream per seed, at an offset
     that is a hash of ``i``. A pure function of (seed, i, n), and far cheaper per session
     than seeding a generator (SyntheticChat sessions are built while a run sends)."""
@@ -154,7 +159,7 @@ class Base:
     def _build(self, j: int) -> Session:
         raise NotImplementedError
 
-    def offsets_ns(self) -> np.ndarray | None:
+    def offsets_ns(self) -> npt.NDArray[np.int64] | None:
         return None
 
     def describe(self) -> dict[str, Any]:

@@ -213,17 +213,19 @@ def read_numbers(path: Path) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-_REQUIRED: Any = object()
-
-
-def parse_distribution(parent: Fields, key: str, *, integer: bool = True, default: Any = _REQUIRED) -> Any:
+def parse_distribution(
+    parent: Fields, key: str, *, integer: bool = True, default: Distribution | None = None
+) -> Distribution:
     """The distribution at ``parent[key]``: a number (fixed) or a ``{type: ...}`` mapping.
 
     ``integer`` picks token counts (whole, >= 1) over seconds (>= 0). Without a
     ``default`` the key is required.
     """
     if not parent.has(key):
-        return parent.raw(key) if default is _REQUIRED else parent.raw(key, default)
+        parent.raw(key, None)  # marks the key read (it may be there as null)
+        if default is None:
+            raise parent.error(key, "required")
+        return default
     floor = 1 if integer else 0
     value = parent.data[key]
     if not isinstance(value, dict):

@@ -1,11 +1,12 @@
 """Loading a workload: a YAML spec (a built-in name such as ``chat``, or a path) into a ``Workload``.
 
-``load_workload`` validates all of the spec before any traffic and returns one of
-``ChatWorkload``, ``RagWorkload``, ``AgenticWorkload`` (``synthetic``) or a trace
-replay (``traces/``). Randomness comes only from ``rng(seed, tag, *key)``
-(``text``), a fresh Generator per (stream, session, turn), so no draw in one
-session can shift another's, and a tokenizer that needs extra draws to hit a
-length exactly changes only the text it builds, never the lengths.
+``load_workload`` validates all of the spec before any traffic, so a typo or a
+bad trace row fails in one line naming file, line and field instead of minutes
+into a run, and returns one of ``ChatWorkload``, ``RagWorkload``,
+``AgenticWorkload`` (``workload.synthetic``) or a trace replay
+(``workload.traces.build``). The tokenizer and the ``tokens.ratio`` calibration
+become the workload's ``TextSource`` here, once, so every kind builds text the
+same way.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from typing import Any
 from loadgen.errors import ConfigError, LoadgenError, SpecError
 from loadgen.specfile import Fields, apply_overrides, builtin_dir, load_yaml
 from loadgen.workload.base import Workload
+from loadgen.workload.synthetic import build_synthetic
 from loadgen.workload.text import TextSource
-from loadgen.workload.tokenizer import Tokenizer, get_tokenizer
+from loadgen.workload.tokenizer import BUILTIN, Tokenizer, get_tokenizer
+from loadgen.workload.traces.build import build_trace
 
 __all__ = ["load_workload", "builtin_specs", "find_spec", "KINDS"]
-
-
-# -- loading -----------------------------------------------------------------------
 
 
 def builtin_specs() -> dict[str, Path]:
@@ -97,31 +97,26 @@ def load_workload(
     f.string("description", "")
     text = _text_source(f, seed, salt, tokenizer)
     common = {"name": name, "seed": seed, "text": text, "source": file}
-    if kind == "trace":
-        from loadgen.workload.traces.replay import build_trace
-
-        w = build_trace(f, common)
-    else:
-        from loadgen.workload.synthetic import build_synthetic
-
-        w = build_synthetic(kind, f, common)
+    w = build_trace(f, common) if kind == "trace" else build_synthetic(kind, f, common)
     f.finish()
     return w
 
 
 def _text_source(f: Fields, seed: int, salt: str, tokenizer: Tokenizer | str | None) -> TextSource:
-    t = f.sub("tokens", None)
-    ratio, tok_path = 1.0, None
+    """The spec's ``tokens:`` (tokenizer, ratio); a ``tokenizer`` argument wins over the spec's."""
+    t: Fields | None = f.sub("tokens", None)
+    ratio = 1.0
+    tok_path: Path | None = None
     if t is not None:
-        tok_spec = t.string("tokenizer", "builtin")
-        tok_path = None if tok_spec == "builtin" else t.path("tokenizer")
-        ratio = t.number("ratio", 1.0, gt=0)
+        tok_path = None if t.string("tokenizer", "builtin") == "builtin" else t.path("tokenizer")
+        ratio = float(t.number("ratio", 1.0, gt=0))
         t.finish()
-    if tokenizer is None:
+    chosen: Tokenizer = BUILTIN
+    if tokenizer is not None:
+        chosen = get_tokenizer(tokenizer)
+    elif t is not None and tok_path is not None:
         try:
-            tokenizer = get_tokenizer(tok_path)
+            chosen = get_tokenizer(tok_path)
         except LoadgenError as e:  # a bad tokenizer file: name the spec field too
-            raise t.error("tokenizer", str(e)) from None  # type: ignore[union-attr]
-    else:
-        tokenizer = get_tokenizer(tokenizer)
-    return TextSource(tokenizer=tokenizer, ratio=float(ratio), seed=seed, salt=salt)
+            raise t.error("tokenizer", str(e)) from None
+    return TextSource(tokenizer=chosen, ratio=ratio, seed=seed, salt=salt)

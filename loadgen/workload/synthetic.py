@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen.specfile import Fields
 from loadgen.workload.base import Base
@@ -127,24 +128,25 @@ class RagWorkload(Base):
     question: Distribution
     output: Distribution
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_docs", Memo(_DOC_CACHE))
+    @cached_property
+    def _docs(self) -> Memo:
+        return Memo(_DOC_CACHE)
 
     @cached_property
     def doc_lengths(self) -> np.ndarray:
         return self.doc_tokens.sample(rng(self.seed, _TAG_DOCLEN), self.doc_count)
 
     @cached_property
-    def _cdf(self) -> np.ndarray:
-        w = np.arange(1, self.doc_count + 1, dtype=np.float64) ** -self.zipf_alpha
+    def _cdf(self) -> npt.NDArray[np.float64]:
+        w: npt.NDArray[np.float64] = np.arange(1, self.doc_count + 1, dtype=np.float64) ** -self.zipf_alpha
         cdf = np.cumsum(w)
-        return cdf / cdf[-1]
+        return cdf / float(cdf[-1])
 
     def _make_doc(self, d: int) -> str:
         return self.text.words(int(self.doc_lengths[d]), rng(self.seed, _TAG_DOC, d))
 
     def doc_text(self, d: int) -> str:
-        return self._docs.get(d, lambda: self._make_doc(d))  # type: ignore[attr-defined,no-any-return]
+        return self._docs.get(d, lambda: self._make_doc(d))
 
     def docs(self, j: int) -> list[int]:
         """Request j's documents: k distinct ranks drawn by Zipf popularity."""
@@ -326,7 +328,10 @@ def _system(f: Fields, key: str, ts: TextSource, seed: int, tag: int) -> tuple[s
 
 
 def _profile(f: Fields, ts: TextSource, seed: int, tag: int, parent: AgentProfile | None) -> AgentProfile:
-    def dist(key: str, default: Any, integer: bool = True) -> Any:
+    """The parent agent's profile (its lengths required), or the subagents' (any field
+    left out is the parent's)."""
+
+    def dist(key: str, default: Distribution | None = None, integer: bool = True) -> Distribution:
         d = getattr(parent, key) if parent is not None else default
         return parse_distribution(f, key, integer=integer, default=d)
 
@@ -334,10 +339,10 @@ def _profile(f: Fields, ts: TextSource, seed: int, tag: int, parent: AgentProfil
     return AgentProfile(
         system=system,
         system_tokens=system_tokens,
-        first=dist("first", None),
-        turns=dist("turns", None),
-        tool_result=dist("tool_result", None),
-        output=dist("output", None),
+        first=dist("first"),
+        turns=dist("turns"),
+        tool_result=dist("tool_result"),
+        output=dist("output"),
         think=dist("think", Fixed(value=0.0, integer=False), integer=False),
         max_context=f.number("max_context", parent.max_context if parent else None, integer=True, ge=1),
     )

@@ -3,19 +3,19 @@ of a target token count.
 
 ``rng(seed, tag, *key)`` is the only source of randomness in a workload: a fresh
 Generator per (stream, session, turn), so no draw in one session can shift
-another's. ``TextSource`` builds text of a target size under one tokenizer (and
-the salt and wrap-around prefixes put before every session); ``Memo`` keeps
-built text bounded per worker. Kept apart from ``workload`` (the Workload
-protocol, the spec-built base and spec loading) because the synthetic and trace
-workloads and calibration build from these alone; every name is importable from
-``workload`` too.
+another's, and a tokenizer that needs extra draws to hit a length exactly
+changes only the text it builds, never the lengths. ``TextSource`` builds text
+of a target size under one tokenizer (and the salt and wrap-around prefixes put
+before every session); ``Memo`` keeps built text bounded per worker. These sit
+below every workload (and calibration, which builds probe text the same way)
+so that all of them draw text alike.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -54,9 +54,9 @@ class Memo:
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[Any, str] = OrderedDict()
+        self._data: OrderedDict[Hashable, str] = OrderedDict()
 
-    def get(self, key: Any, make: Callable[[], str]) -> str:
+    def get(self, key: Hashable, make: Callable[[], str]) -> str:
         data = self._data
         value = data.get(key)
         if value is None:
@@ -67,7 +67,7 @@ class Memo:
             data.move_to_end(key)
         return value
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[type[Memo], tuple[int]]:
         return (Memo, (self.maxsize,))
 
 
@@ -79,7 +79,7 @@ _TAG_CYCLE = 0xC1C1E
 class TextSource:
     """Builds prompt text of target token counts under one tokenizer.
 
-    ``ratio`` is endpoint tokens per tokenizer token (``loadgen.calibrate``):
+    ``ratio`` is endpoint tokens per tokenizer token (``loadgen.client.calibrate``):
     a target of n tokens is built as round(n / ratio) tokenizer tokens, and the
     workload still reports n as the requested prompt size.
     """
@@ -116,6 +116,7 @@ class TextSource:
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"tokenizer": getattr(self.tokenizer, "name", "custom"), "ratio": self.ratio}
-        if getattr(self.tokenizer, "sha256", None):
-            d["tokenizer_sha256"] = self.tokenizer.sha256  # type: ignore[attr-defined]
+        sha256 = getattr(self.tokenizer, "sha256", None)  # a file-based tokenizer's identity
+        if sha256:
+            d["tokenizer_sha256"] = sha256
         return d

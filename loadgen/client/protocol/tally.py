@@ -24,30 +24,28 @@ fit (template.py); anything else takes the full path, a JSON decode per chunk.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from loadgen.client.protocol.chunk_errors import check_error, is_done, shape_error
 from loadgen.client.protocol.sse import BadStream, SSEParser
-from loadgen.client.protocol.template import (
-    BULK,
-    Between,
-    Framed,
-    Payload,
-    learn,
-    plain,
-    plain_all,
-    read_bodies,
-    run_bodies,
-)
+from loadgen.client.protocol.template import BULK, Fit, learn, plain, plain_all, read_bodies, run_bodies
 
-__all__ = ["StreamTally"]
+__all__ = ["Reconciled", "StreamTally", "spread"]
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _APIS = ("chat", "completions")
 _LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
+
+
+class Reconciled(NamedTuple):
+    """A stream's final token counts: per output chunk, their total, and where they came from."""
+
+    counts: list[int]
+    total: int
+    source: str  # "usage_per_chunk" | "usage" | "chunks" | "none"
 
 
 class StreamTally:
@@ -70,18 +68,17 @@ class StreamTally:
         "completion_tokens",
         "cached_tokens",
         "events",
+        "t_read",
         "_parser",
+        "_sse",
         "_chat",
         "_parts",
         "_last_ct",
         "_carry",
         "_per_chunk",
-        "_sse",
-        "_tpl",
-        "_ftpl",
-        "_sep",
+        "_fit",
+        "_framed",
         "_learns",
-        "t_read",
     )
 
     def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
@@ -97,19 +94,18 @@ class StreamTally:
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.events = 0
+        self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
         self._parser = SSEParser(max_event_bytes)
+        self._sse = self._parser.feed
         self._chat = api == "chat"
         self._parts: list[str] = []
         self._last_ct: int | None = None  # completion_tokens of the last usage seen
         self._carry = 0  # usage rise seen on chunks without output, owed to the next one
         self._per_chunk = False  # an output chunk got its count from running usage
-        self._sse = self._parser.feed
-        # Learned content-chunk template: (prefix, suffix, len(prefix), len(suffix)) of
-        # a payload, and the same for a read holding just that event (``_ftpl``).
-        self._tpl: Payload | None = None
-        self._ftpl: Framed | None = None
-        self._sep: Between | None = None
-        self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
+        # The learned content-chunk template (template.py), as a payload and as a read
+        # holding whole events; None until learned, and again after [DONE].
+        self._fit: Fit | None = None
+        self._framed: Fit | None = None
         self._learns = _LEARNS
 
     @property
@@ -120,13 +116,14 @@ class StreamTally:
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read; every event it completes is stamped ``t_ns``."""
         self.t_read = t_ns
-        tpl = self._ftpl
-        if tpl is not None and self._parser.idle:
-            pre, suf, lo, hi, few = tpl
+        framed = self._framed
+        if framed is not None and self._parser.idle:  # the read starts at an event: it may be whole ones
             n = len(data)
-            if n >= lo + hi and data.startswith(pre) and data.endswith(suf):
-                if n < few:  # room for one event only: the usual read
-                    text = plain(data[lo : n - hi])
+            if n < framed.two:  # room for one event only: the usual read
+                # ``_fits`` inlined: this is the read of nearly every token, and the call
+                # costs ~6% of it (measured, benchmarks/parse_speed.py, 1 event per read)
+                if n >= framed.least and data.startswith(framed.pre) and data.endswith(framed.suf):
+                    text = plain(data[framed.lo : n - framed.hi])
                     if text is not None:
                         self.events += 1
                         if text:
@@ -135,27 +132,55 @@ class StreamTally:
                             if self.keep_text:
                                 self._parts.append(text)
                         return
-                elif self._many(data, t_ns):
-                    return
+            elif self._read_of_events(data, framed, t_ns):
+                return
         payloads = self._sse(data)
         if payloads:
             self._take(payloads, t_ns)
 
-    def _many(self, data: bytes, t_ns: int) -> bool:
+    def close(self, t_ns: int | None = None) -> None:
+        """End of body: interpret a final event that had no closing blank line.
+
+        ``t_ns`` stamps such an event (the end-of-body time); without it the time of
+        the last output chunk is reused, or 0 when there was none.
+        """
+        payloads = self._parser.close()
+        if payloads:
+            if t_ns is None:
+                t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
+            self._take(payloads, t_ns)
+
+    # ---- template events: counted from their bytes --------------------------------
+
+    def _fits(self, event: bytes, fit: Fit, t_ns: int) -> bool:
+        """Count ``event`` if it is one template event as ``fit`` frames it; False,
+        counting nothing, if it is not (then it must be read and decoded)."""
+        n = len(event)
+        if n < fit.least or not event.startswith(fit.pre) or not event.endswith(fit.suf):
+            return False
+        text = plain(event[fit.lo : n - fit.hi])
+        if text is None:
+            return False
+        if text:  # an empty body: an event without output
+            self.chunk_ns.append(t_ns)
+            self.chunk_tokens.append(1)
+            if self.keep_text:
+                self._parts.append(text)
+        return True
+
+    def _read_of_events(self, data: bytes, framed: Fit, t_ns: int) -> bool:
         """Count a read of nothing but whole template events in one go; False if it is not one."""
-        assert self._sep is not None
-        bodies = read_bodies(data, self._sep)
+        bodies = read_bodies(data, framed)
         if bodies is None or not self._bodies(bodies, t_ns):
             return False
         self.events += len(bodies)
         return True
 
-    def _run(self, payloads: list[bytes], i: int, t_ns: int) -> int:
+    def _run(self, payloads: list[bytes], i: int, fit: Fit, t_ns: int) -> int:
         """Count the run of template events from ``payloads[i]`` in one go; the index after
         it, or ``i`` if there is none (then those events go one by one)."""
-        assert self._tpl is not None
-        run = run_bodies(payloads, i, self._tpl)
-        return run[0] if run is not None and self._bodies(run[1], t_ns) else i
+        run = run_bodies(payloads, i, fit)
+        return run.end if run is not None and self._bodies(run.bodies, t_ns) else i
 
     def _bodies(self, bodies: list[bytes], t_ns: int) -> bool:
         """Record the string bodies of whole template events, each read at ``t_ns``;
@@ -171,106 +196,99 @@ class StreamTally:
                 self._parts.append(text)
         return True
 
-    def close(self, t_ns: int | None = None) -> None:
-        """End of body: interpret a final event that had no closing blank line.
-
-        ``t_ns`` stamps such an event (the end-of-body time); without it the time of
-        the last output chunk is reused, or 0 when there was none.
-        """
-        payloads = self._parser.close()
-        if payloads:
-            if t_ns is None:
-                t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
-            self._take(payloads, t_ns)
+    # ---- any event: the parser's payloads ------------------------------------------
 
     def _take(self, payloads: list[bytes], t_ns: int) -> None:
-        """Interpret the events of one read (the hot loop: keep it flat)."""
+        """Interpret the events the parser completed in one read: template events from
+        their bytes (a long run of them in one go), the others by decoding them."""
         self.events += len(payloads)
         if self.done:
             return  # anything after [DONE] is not part of the answer
-        chat = self._chat
-        keep = self.keep_text
-        tpl = self._tpl
-        i, n_all = 0, len(payloads)
-        bulk = n_all >= BULK
-        while i < n_all:
-            if bulk and tpl is not None:
-                bulk = False  # one try per read: a run that fails goes event by event
-                j = self._run(payloads, i, t_ns)
-                if j > i:
-                    i = j
+        i, n = 0, len(payloads)
+        bulk = n >= BULK
+        while i < n:
+            fit = self._fit  # read each time: decoding an event may have taught one
+            if fit is not None:
+                if bulk:
+                    bulk = False  # one try per read: a run that fails goes event by event
+                    i = self._run(payloads, i, fit, t_ns)
+                    if i == n:
+                        return
+                if self._fits(payloads[i], fit, t_ns):
+                    i += 1
                     continue
             payload = payloads[i]
             i += 1
-            if tpl is not None:
-                pre, suf, lo, hi = tpl
-                n = len(payload)
-                if n >= lo + hi and payload.startswith(pre) and payload.endswith(suf):
-                    text = plain(payload[lo : n - hi])
-                    if text is not None:
-                        if text:
-                            self.chunk_ns.append(t_ns)
-                            self.chunk_tokens.append(1)
-                            if keep:
-                                self._parts.append(text)
-                        continue
-            if payload == b"[DONE]":  # before the decode: a failed decode costs an exception
+            # [DONE] before the decode: a failed decode costs an exception
+            if payload == b"[DONE]" or not self._decode(payload, t_ns):
                 self.done = True
-                self._tpl = self._ftpl = None
+                self._fit = self._framed = None  # so no later read is counted from its bytes
                 return
-            try:
-                obj = _loads(payload)
-            except _JSONDecodeError:
-                if is_done(payload):
-                    self.done = True
-                    self._tpl = self._ftpl = None
-                    return
-                continue
-            # Shape checks cost nothing here: a non-dict where a dict belongs fails
-            # on .get or iteration, and the handler turns that into BadStream.
-            try:
-                choices = obj.get("choices")
-                if not choices or "error" in obj:
-                    check_error(obj)
-                k = 0
-                if choices:
-                    for ch in choices:
-                        if chat:
-                            delta = ch.get("delta")
-                            if delta:
-                                if not keep and delta.get("content"):
-                                    k += 1
-                                else:
-                                    k += self._delta(delta)
-                        else:
-                            text = ch.get("text")
-                            if text:
-                                k += 1
-                                if keep and type(text) is str:
-                                    self._parts.append(text)
-                        fr = ch.get("finish_reason")
-                        if fr is not None:
-                            self.finish_reason = fr if type(fr) is str else str(fr)
-                usage = obj.get("usage")
-            except (AttributeError, TypeError):
-                raise BadStream(shape_error(obj, payload)) from None
-            if k:
-                self.chunk_ns.append(t_ns)
-                if usage:
-                    k = self._usage(usage, k, True)
-                elif k == 1 and self._learns and len(choices) == 1:
-                    self._learn(payload, obj)
-                    tpl = self._tpl
-                self.chunk_tokens.append(k)
-            elif usage:
-                self._usage(usage, 0, False)
+
+    def _decode(self, payload: bytes, t_ns: int) -> bool:
+        """Interpret one event by decoding its JSON; False if it is the end of the stream."""
+        try:
+            obj = _loads(payload)
+        except _JSONDecodeError:
+            return not is_done(payload)
+        # Shape checks cost nothing here: a non-dict where a dict belongs fails on
+        # .get or iteration, and the handler turns that into BadStream.
+        try:
+            choices = obj.get("choices")
+            if not choices or "error" in obj:
+                check_error(obj)
+            k = 0
+            if choices:
+                k = self._chat_outputs(choices) if self._chat else self._text_outputs(choices)
+            usage = obj.get("usage")
+        except (AttributeError, TypeError):
+            raise BadStream(shape_error(obj, payload)) from None
+        if k:
+            self.chunk_ns.append(t_ns)
+            if usage:
+                k = self._usage(usage, k, True)
+            elif k == 1 and self._learns and len(choices) == 1:
+                self._learn(payload, obj)
+            self.chunk_tokens.append(k)
+        elif usage:
+            self._usage(usage, 0, False)
+        return True
+
+    def _chat_outputs(self, choices: Any) -> int:
+        """How many of a chat chunk's choices carry output; keeps their text when asked."""
+        k = 0
+        for ch in choices:
+            delta = ch.get("delta")
+            if delta:
+                if not self.keep_text and delta.get("content"):
+                    k += 1  # the common case, without looking further
+                else:
+                    k += self._delta(delta)
+            fr = ch.get("finish_reason")
+            if fr is not None:
+                self.finish_reason = fr if type(fr) is str else str(fr)
+        return k
+
+    def _text_outputs(self, choices: Any) -> int:
+        """How many of a completions chunk's choices carry output; keeps their text when asked."""
+        k = 0
+        for ch in choices:
+            text = ch.get("text")
+            if text:
+                k += 1
+                if self.keep_text and type(text) is str:
+                    self._parts.append(text)
+            fr = ch.get("finish_reason")
+            if fr is not None:
+                self.finish_reason = fr if type(fr) is str else str(fr)
+        return k
 
     def _learn(self, payload: bytes, obj: dict[str, Any]) -> None:
         """Take ``payload`` as the template of this stream's content chunks, if it makes one."""
-        learned, tried = learn(payload, obj, self._chat)
+        template, tried = learn(payload, obj, self._chat)
         self._learns -= tried  # failures count too: a server whose chunks never fit stops costing
-        if learned is not None:
-            self._tpl, self._ftpl, self._sep = learned
+        if template is not None:
+            self._fit, self._framed = template
 
     def _delta(self, delta: dict[str, Any]) -> int:
         """1 if a chat delta carries output, else 0; keeps its text when asked."""
@@ -323,7 +341,7 @@ class StreamTally:
         # An output chunk carries at least one token, whatever the counter says.
         return rise if rise > 1 else 1
 
-    def reconcile(self) -> tuple[list[int], int, str]:
+    def reconcile(self) -> Reconciled:
         """Final per-chunk token counts, their total, and where the count came from.
 
         Without running usage a chunk's observed count is 1 per output-carrying choice
@@ -343,17 +361,17 @@ class StreamTally:
         """
         counts = list(self.chunk_tokens)
         if not counts:
-            return [], 0, ("none" if self.completion_tokens is None else "usage")
+            return Reconciled([], 0, "none" if self.completion_tokens is None else "usage")
         if self._per_chunk:
             counts[-1] += self._carry
-            return counts, sum(counts), "usage_per_chunk"
+            return Reconciled(counts, sum(counts), "usage_per_chunk")
         seen = sum(counts)
         ct = self.completion_tokens
         if ct is not None and ct >= seen:
             if ct > seen:
                 counts = [c + e for c, e in zip(counts, spread(ct - seen, len(counts)), strict=True)]
-            return counts, ct, "usage"
-        return counts, seen, "chunks"
+            return Reconciled(counts, ct, "usage")
+        return Reconciled(counts, seen, "chunks")
 
 
 def spread(total: int, n: int) -> list[int]:

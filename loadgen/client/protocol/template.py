@@ -9,34 +9,87 @@ text (no quote, backslash or control character, valid UTF-8) then is, provably,
 that same chunk with other content. Many such events in one read (a server writing
 back to back, a client catching up) are proven together rather than one by one.
 
-Pure functions of bytes; ``StreamTally`` (stream.py) keeps the learned template
-and the counts.
+One template, seen two ways: as the parser hands an event on (its ``data``), and as
+a read that is nothing but whole events (``data: `` + data + blank line), so the
+usual read, one event, is counted without running the SSE parser at all. Both views
+are a ``Fit``, and one check tells whether an event fits (``StreamTally._fits``).
+
+Pure functions of bytes; ``StreamTally`` (tally.py) keeps the learned template and
+the counts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import repeat
 from operator import getitem
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import orjson
 
-__all__ = ["Learned", "learn", "plain", "plain_all", "read_bodies", "run_bodies"]
+__all__ = ["BULK", "Fit", "Learned", "Run", "Template", "learn", "plain", "plain_all", "read_bodies", "run_bodies"]
 
-# (prefix, suffix, len(prefix), len(suffix)) of an event's data, the same for a whole
-# event as read (with "data: " and the blank line, plus the read length from which it
-# may hold more than one), and (the bytes between two events, where a body lies in one)
-Payload = tuple[bytes, bytes, int, int]
-Framed = tuple[bytes, bytes, int, int, int]
-Between = tuple[bytes, slice]
-Learned = tuple[Payload, Framed | None, Between | None]
-
-BULK = 8  # template events in one read from which they are counted together
+BULK = 8  # template events in one list of payloads from which they are counted together
+_FRAMING = b"\n\ndata: "  # between two one-line events
+# map(getitem, events, repeat(a_slice)) is the fastest way to slice many; the cast picks
+# getitem's bytes-and-slice overload for mypy, once, at import.
+_cut = cast(Callable[[bytes, slice], bytes], getitem)
 
 
-def learn(payload: bytes, obj: dict[str, Any], chat: bool) -> tuple[Learned | None, bool]:
-    """The template ``payload`` makes, if it is a content chunk that can be one, and
-    whether it was tried (a content chunk was found; the caller bounds the tries).
+class Fit:
+    """Where an event's string body lies: after ``pre`` and before ``suf``.
+
+    An event fits when it is at least ``least`` long (so the two cannot overlap),
+    starts with ``pre`` and ends with ``suf``; its body is ``event[lo:-hi]``.
+
+    A slotted class, not a NamedTuple: the hot path reads these fields for every
+    event, and in CPython 3.11 a slot read is specialised while a NamedTuple field
+    read or unpack is not (measured: ~400 more instructions per event). ``least``
+    and ``two`` are stored because ints above 256 are not cached, so computing them
+    per event would allocate.
+    """
+
+    __slots__ = ("pre", "suf", "lo", "hi", "least", "two")
+
+    def __init__(self, pre: bytes, suf: bytes) -> None:
+        self.pre = pre
+        self.suf = suf
+        self.lo = len(pre)
+        self.hi = len(suf)
+        self.least = self.lo + self.hi
+        self.two = 2 * self.least  # a read shorter than this holds at most one event
+
+    def __repr__(self) -> str:
+        return f"Fit(pre={self.pre!r}, suf={self.suf!r})"
+
+
+class Template(NamedTuple):
+    """A learned content chunk, as a payload and as a read holding just that event."""
+
+    payload: Fit  # an event's data, as the parser hands it on
+    framed: Fit | None  # "data: " + payload + "\n\n"; None if the payload holds a line end: only the parser frames it
+
+
+class Learned(NamedTuple):
+    """What ``learn`` made of a chunk: its template, if any, and whether it counts as a try."""
+
+    template: Template | None
+    tried: bool  # it was a content chunk (a failed one counts too: the caller bounds the tries)
+
+
+class Run(NamedTuple):
+    """A run of template events in a list of payloads: the index after it and their bodies."""
+
+    end: int
+    bodies: list[bytes]
+
+
+_NOT_CONTENT = Learned(None, False)
+_NO_FIT = Learned(None, True)
+
+
+def learn(payload: bytes, obj: dict[str, Any], chat: bool) -> Learned:
+    """The template ``payload`` makes, if it is a content chunk that can be one.
 
     It must be a single-choice chunk whose only output is a non-empty content (or
     completion text) string, with no usage, finish reason or error. The string's
@@ -44,42 +97,54 @@ def learn(payload: bytes, obj: dict[str, Any], chat: bool) -> tuple[Learned | No
     there must give the same object with only that string changed, which proves
     the bytes around it are everything else in the chunk. ``obj`` is consumed.
     """
-    ch = obj["choices"][0]
-    if ch.get("finish_reason") is not None or obj.get("error") is not None:
-        return None, False
-    if chat:
-        target, field, key = ch["delta"], "content", b'"content":'
-        if target.get("reasoning_content") or target.get("reasoning") or target.get("tool_calls"):
-            return None, False
-    else:
-        target, field, key = ch, "text", b'"text":'
-    value = target.get(field)
+    found = _content(obj, chat)
+    if found is None:
+        return _NOT_CONTENT
+    target, field = found
+    value = target[field]
+    key = b'"content":' if chat else b'"text":'
     i = payload.find(key)
-    if type(value) is not str or i < 0:
-        return None, False
-    i += len(key)
-    if payload[i : i + 1] == b" ":
-        i += 1
-    if payload[i : i + 1] != b'"':
-        return None, True
-    i += 1
+    if i < 0:
+        return _NOT_CONTENT
+    i = _body_start(payload, i + len(key))
+    if i < 0:
+        return _NO_FIT
     j = payload.find(b'"', i)
     if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
-        return None, True
+        return _NO_FIT
     pre, suf = payload[:i], payload[j:]
     probe = "~" if value != "~" else "~~"
     target[field] = probe
     try:
         if orjson.loads(pre + probe.encode() + suf) != obj:
-            return None, True
+            return _NO_FIT
     except orjson.JSONDecodeError:
-        return None, True
-    tpl = (pre, suf, len(pre), len(suf))
+        return _NO_FIT
+    fit = Fit(pre, suf)
     if 10 in pre or 13 in pre or 10 in suf or 13 in suf:
-        return (tpl, None, None), True  # a multi-line event: only the parser can frame it
-    fpre, fsuf = b"data: " + pre, suf + b"\n\n"
-    framed = (fpre, fsuf, len(fpre), len(fsuf), 2 * (len(fpre) + len(fsuf)))
-    return (tpl, framed, (fsuf + fpre, slice(len(pre), -len(suf)))), True
+        return Learned(Template(fit, None), True)
+    return Learned(Template(fit, Fit(b"data: " + pre, suf + b"\n\n")), True)
+
+
+def _content(obj: dict[str, Any], chat: bool) -> tuple[dict[str, Any], str] | None:
+    """The object and key holding a chunk's only output, a string, or None if it is not such a chunk."""
+    ch = obj["choices"][0]
+    if ch.get("finish_reason") is not None or obj.get("error") is not None:
+        return None
+    if chat:
+        target, field = ch["delta"], "content"
+        if target.get("reasoning_content") or target.get("reasoning") or target.get("tool_calls"):
+            return None
+    else:
+        target, field = ch, "text"
+    return (target, field) if type(target.get(field)) is str else None
+
+
+def _body_start(payload: bytes, i: int) -> int:
+    """Where the body of the string value at ``payload[i]`` (after a key's colon) starts, or -1 if none is."""
+    if payload[i : i + 1] == b" ":
+        i += 1
+    return i + 1 if payload[i : i + 1] == b'"' else -1
 
 
 def plain(body: bytes) -> str | None:
@@ -103,33 +168,42 @@ def plain_all(bodies: list[bytes]) -> str | None:
     joined = b"".join(bodies)
     if joined.isascii():
         return plain(joined)  # per byte, so the same as body by body
-    texts = list(map(plain, bodies))  # a character cut between two bodies must not pass as whole
-    return None if None in texts else "".join(texts)  # type: ignore[arg-type]
+    texts = []
+    for body in bodies:  # a character cut between two bodies must not pass as whole
+        text = plain(body)
+        if text is None:
+            return None
+        texts.append(text)
+    return "".join(texts)
 
 
-def read_bodies(data: bytes, between: Between) -> list[bytes] | None:
-    """The string bodies of a read (framed as the template's first and last event), if
-    it is nothing but whole template events; else None.
+def read_bodies(data: bytes, framed: Fit) -> list[bytes] | None:
+    """The string bodies of a read that starts and ends as ``framed`` does, if it is
+    nothing but whole template events; else None.
 
-    Split at the event framing, the read proves to be such when every framing lies
-    inside a whole separator (suffix, framing, prefix): each event is then prefix,
-    body, suffix. Whether the bodies are plain is the caller's check.
+    Split at the framing between events, the read is such when every framing lies
+    inside a whole separator (suffix, framing, prefix) and the first and last pieces
+    are long enough for their prefix and suffix not to overlap: each piece is then
+    prefix, body, suffix. (The framing cannot overlap itself, so every framing in a
+    separator is a split; separators are counted without overlap, so an event
+    between two of them is long enough.) One ``count`` of the separator proves it,
+    which is cheaper than testing piece by piece as ``run_bodies`` must. Whether the
+    bodies are plain is the caller's check.
     """
-    sep, cut = between
-    events = data[6:-2].split(b"\n\ndata: ")
-    if data.count(sep) != len(events) - 1:
+    events = data[6:-2].split(_FRAMING)
+    lo, hi = framed.lo - 6, framed.hi - 2  # the payload's prefix and suffix: without "data: " and the blank line
+    if data.count(framed.suf + framed.pre) != len(events) - 1 or min(len(events[0]), len(events[-1])) < lo + hi:
         return None
-    return list(map(getitem, events, repeat(cut)))
+    return list(map(_cut, events, repeat(slice(lo, -hi))))
 
 
-def run_bodies(payloads: list[bytes], i: int, tpl: Payload) -> tuple[int, list[bytes]] | None:
-    """The run of template events from ``payloads[i]``: the index after it and their bodies.
+def run_bodies(payloads: list[bytes], i: int, fit: Fit) -> Run | None:
+    """The run of template events from ``payloads[i]``, if it is at least ``BULK`` long.
 
-    The run is every payload up to the last that has the template's prefix and
-    suffix (a stream's finish, usage and ``[DONE]`` follow it); None unless all of
-    it has them and it is at least ``BULK`` long.
+    The run is every payload up to the last that fits (a stream's finish, usage and
+    ``[DONE]`` follow it); None unless all of it fits.
     """
-    pre, suf, lo, hi = tpl
+    pre, suf = fit.pre, fit.suf
     j = len(payloads)
     while j > i and not (payloads[j - 1].startswith(pre) and payloads[j - 1].endswith(suf)):
         j -= 1
@@ -138,7 +212,7 @@ def run_bodies(payloads: list[bytes], i: int, tpl: Payload) -> tuple[int, list[b
         len(run) < BULK
         or not all(map(bytes.startswith, run, repeat(pre)))
         or not all(map(bytes.endswith, run, repeat(suf)))
-        or min(map(len, run)) < lo + hi
+        or min(map(len, run)) < fit.least
     ):
         return None
-    return j, list(map(getitem, run, repeat(slice(lo, -hi))))
+    return Run(j, list(map(_cut, run, repeat(slice(fit.lo, -fit.hi)))))

@@ -1,6 +1,13 @@
-"""Replay of coding-agent session traces (the Weka / AgentX ``kv-cache-tester`` format).
+"""Replay of coding-agent session traces (``format: agentic``, the ``kv-cache-tester`` format).
 
-One JSON object per session::
+Agent traffic is what stresses a prefix cache most: long sessions whose context
+only grows, subagents that share a system and tool prefix, think times that
+include tool runs. These traces record exactly that (lengths, hash-id blocks and
+timings, no text), so replaying them reproduces the cache pressure of a real
+coding agent.
+
+One JSON object per session (a file holds one, an array or JSONL of them; a folder,
+its ``*.json`` files)::
 
     {"id": "trace_0010", "block_size": 64, "hash_id_scope": "local",
      "requests": [
@@ -31,18 +38,20 @@ How it maps to ``Session``s:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from loadgen.errors import SpecError
 from loadgen.workload.base import Base
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import rng, str_key
-from loadgen.workload.traces.replay import Blocks, _int, _num, _read
+from loadgen.workload.traces.blocks import Blocks
+from loadgen.workload.traces.fields import plain_number, read_bytes, whole_number
 
 __all__ = ["AgentRequest", "AgentTrace", "AgenticTrace", "read_agentic"]
 
@@ -54,7 +63,7 @@ class AgentRequest:
     inp: int
     out: int
     think_s: float
-    hash_ids: np.ndarray
+    hash_ids: npt.NDArray[np.int64]
     children: tuple[AgentTrace, ...] = ()
 
 
@@ -88,10 +97,10 @@ def _parse(reqs: Any, where: str, name: str, scope: int, block: int, path: tuple
             raise SpecError(f"{at}: hash_ids: must be a list of whole numbers")
         out.append(
             AgentRequest(
-                inp=_int(r.get("in"), at, "in"),
-                out=_int(r.get("out"), at, "out"),
-                think_s=_num(r.get("think_time", 0.0), at, "think_time"),
-                hash_ids=np.asarray([_int(h, at, "hash_ids") for h in ids], dtype=np.int64),
+                inp=whole_number(r.get("in"), at, "in"),
+                out=whole_number(r.get("out"), at, "out"),
+                think_s=plain_number(r.get("think_time", 0.0), at, "think_time"),
+                hash_ids=np.asarray([whole_number(h, at, "hash_ids") for h in ids], dtype=np.int64),
                 children=tuple(pending),
             )
         )
@@ -102,7 +111,7 @@ def _parse(reqs: Any, where: str, name: str, scope: int, block: int, path: tuple
 
 
 def _objects(path: Path) -> list[tuple[str, Any]]:
-    data = _read(path)
+    data = read_bytes(path)
     try:
         doc = orjson.loads(data)
         objs = doc if isinstance(doc, list) else [doc]
@@ -131,7 +140,7 @@ def read_agentic(path: Path, block_tokens: int | None = None) -> list[AgentTrace
             if not isinstance(obj, dict) or "requests" not in obj:
                 raise SpecError(f"{where}: expected a session object with 'requests'")
             name = str(obj.get("id", file.stem))
-            block = block_tokens or _int(obj.get("block_size", 64), where, "block_size", 1)
+            block = block_tokens or whole_number(obj.get("block_size", 64), where, "block_size", 1)
             scope = 0 if obj.get("hash_id_scope") == "global" else str_key(f"{file.name}/{name}")
             traces.append(_parse(obj["requests"], where, name, scope, block, ()))
     return traces
@@ -147,6 +156,8 @@ class _Plan:
 
 @dataclass(frozen=True, kw_only=True)
 class AgenticTrace(Base):
+    """Recorded agent sessions, one ``Session`` per file session; see the module docstring."""
+
     kind = "trace"
     format: str = "agentic"
     path: str
@@ -157,8 +168,9 @@ class AgenticTrace(Base):
     output_tokens: int | None = None
     max_output: int | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_blocks", Blocks(self.text, self.seed))
+    @cached_property
+    def _blocks(self) -> Blocks:
+        return Blocks(self.text, self.seed)
 
     @property
     def size(self) -> int | None:
@@ -190,11 +202,11 @@ class AgenticTrace(Base):
         turns = []
         for k, n in enumerate(plan.lens):
             r = a.requests[k]
-            fill = rng(self.seed, _TAG_TEXT, j, *a.path, k)
+            fill = partial(rng, self.seed, _TAG_TEXT, j, *a.path, k)
             if k == 0:
-                text = self._blocks.text(a.scope, r.hash_ids, n, a.block, lambda f=fill: f)  # type: ignore[attr-defined]
+                text = self._blocks.text(a.scope, r.hash_ids, n, a.block, fill)
             else:
-                text = self.text.words(n, fill)
+                text = self.text.words(n, fill())
             think = r.think_s if self.max_think_s is None else min(r.think_s, self.max_think_s)
             children = tuple(Session(session=j, turns=self._turns(c, j)) for c in r.children)
             turns.append(

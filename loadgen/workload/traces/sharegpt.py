@@ -1,4 +1,10 @@
-"""ShareGPT replay: real multi-turn conversation text (see ``loadgen/traces.py``).
+"""ShareGPT replay (``format: sharegpt``): real multi-turn conversation text.
+
+The other traces give lengths only; ShareGPT gives what people actually typed,
+so it is the trace to use when the text itself matters (a tokenizer's real
+ratio, a speculative decoder's acceptance, an answer cache). A JSON array or
+JSONL of ``{conversations: [{from, value}]}`` (``messages: [{role, content}]``
+is read too). It has no timestamps: conversations arrive per the arrival spec.
 
 Each human message is a turn, sent as recorded; its answer is asked for at the
 recorded answer's length under the workload's tokenizer (with ``ignore_eos`` the
@@ -19,11 +25,12 @@ import orjson
 
 from loadgen.errors import SpecError
 from loadgen.workload.base import Base
+from loadgen.workload.distributions import Distribution, Fixed
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import rng
-from loadgen.workload.traces.replay import _err, _read
+from loadgen.workload.traces.fields import field_error, read_bytes
 
-__all__ = ["Conversation", "read_sharegpt", "ShareGPTTrace"]
+__all__ = ["RecordedConversation", "read_sharegpt", "ShareGPTTrace"]
 
 _TAG_THINK = 41
 
@@ -31,13 +38,13 @@ _HUMAN, _GPT, _SYSTEM = ("human", "user"), ("gpt", "assistant", "chatgpt", "bard
 
 
 @dataclass(frozen=True)
-class Conversation:
+class RecordedConversation:
     system: str | None
     pairs: tuple[tuple[str, str], ...]  # (human text, recorded answer)
 
 
 def _load_json_records(path: Path) -> list[Any]:
-    data = _read(path)
+    data = read_bytes(path)
     if data.lstrip()[:1] == b"[":
         try:
             recs = orjson.loads(data)
@@ -54,21 +61,24 @@ def _load_json_records(path: Path) -> list[Any]:
     return recs
 
 
-def read_sharegpt(path: Path) -> tuple[list[Conversation], int]:
+def read_sharegpt(path: Path) -> tuple[list[RecordedConversation], int]:
     """Conversations with at least one answered human turn, and how many were skipped."""
-    convs, skipped = [], 0
+    convs: list[RecordedConversation] = []
+    skipped = 0
     for n, rec in enumerate(_load_json_records(path)):
         where = f"{path}: record {n}"
         msgs = rec.get("conversations", rec.get("messages")) if isinstance(rec, dict) else None
         if not isinstance(msgs, list):
-            raise _err(where, "conversations", "must be a list of {from, value}")
-        system, pairs, human = None, [], None
+            raise field_error(where, "conversations", "must be a list of {from, value}")
+        system: str | None = None
+        pairs: list[tuple[str, str]] = []
+        human: str | None = None
         for m, msg in enumerate(msgs):
             if not isinstance(msg, dict):
-                raise _err(where, f"conversations[{m}]", "must be a mapping")
+                raise field_error(where, f"conversations[{m}]", "must be a mapping")
             who, text = msg.get("from", msg.get("role")), msg.get("value", msg.get("content"))
             if not isinstance(who, str) or not isinstance(text, str):
-                raise _err(where, f"conversations[{m}]", "needs string 'from' and 'value'")
+                raise field_error(where, f"conversations[{m}]", "needs string 'from' and 'value'")
             if who in _SYSTEM:
                 system = text
             elif who in _HUMAN:
@@ -78,9 +88,9 @@ def read_sharegpt(path: Path) -> tuple[list[Conversation], int]:
                     pairs.append((human, text))
                 human = None
             else:
-                raise _err(where, f"conversations[{m}].from", f"unknown speaker {who[:20]!r}")
+                raise field_error(where, f"conversations[{m}].from", f"unknown speaker {who[:20]!r}")
         if pairs:
-            convs.append(Conversation(system, tuple(pairs)))
+            convs.append(RecordedConversation(system, tuple(pairs)))
         else:
             skipped += 1
     if not convs:
@@ -96,12 +106,12 @@ class ShareGPTTrace(Base):
     kind = "trace"
     format: str = "sharegpt"
     path: str
-    convs: tuple[Conversation, ...]
+    convs: tuple[RecordedConversation, ...]
     skipped: int = 0
     max_turns: int | None = None
     max_output: int | None = None
     output_tokens: int | None = None
-    think: Any = None  # Distribution of seconds between turns
+    think: Distribution = Fixed(value=0.0, integer=False)  # seconds between turns
 
     @property
     def size(self) -> int | None:

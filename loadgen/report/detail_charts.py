@@ -1,0 +1,170 @@
+"""The run's detail charts: latency distributions, the run over time, what the server said, failures.
+
+Split from ``charts`` (the figures against load that a sweep and a comparison are
+judged on) because these show one run from the inside: an empirical CDF per load
+point, the whole run on a time axis, the server's own ``/metrics`` and the failed
+requests. Each draws from plain numbers and returns a ``Figure``, styled by
+``chart_style``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from loadgen.report.chart_style import COLORS, empty, legend_right, log_scale, new_axes, new_figure, styled
+
+__all__ = ["cdf_chart", "timeseries_chart", "server_chart", "errors_chart"]
+
+_MAX_LINE_POINTS = 400
+
+
+def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At most _MAX_LINE_POINTS steps of the empirical CDF (quantiles on a fixed grid)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    n = v.size
+    if n <= _MAX_LINE_POINTS:
+        return v, np.arange(1, n + 1) / n
+    q = np.unique(np.concatenate([np.linspace(0, 1, _MAX_LINE_POINTS - 20), 1 - np.logspace(-4, -1, 20)]))
+    idx = np.clip(np.ceil(q * n).astype(int) - 1, 0, n - 1)
+    return v[idx], (idx + 1) / n
+
+
+@styled
+def cdf_chart(samples: dict[str, np.ndarray], *, x_label: str, bound: float | None = None) -> Figure:
+    """One empirical CDF per load point (log x), so tails can be compared across load."""
+    fig = new_figure(h=3.6)
+    ax = new_axes(fig)
+    drawn = False
+    for i, (name, vals) in enumerate(samples.items()):
+        v = np.asarray(vals, dtype=float)
+        v = v[np.isfinite(v) & (v > 0)]
+        if v.size == 0:
+            continue
+        drawn = True
+        xs, ys = _ecdf(v)
+        ax.step(xs, ys, where="post", color=COLORS[i % len(COLORS)], lw=1.2, label=f"{name} (n={v.size})")
+    if not drawn:
+        empty(ax, "no samples")
+        return fig
+    if bound is not None:
+        ax.axvline(bound, ls="--", lw=1, color="#444", label=f"SLO bound {bound:g} ms")
+    log_scale(ax, "x")
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("fraction <= x")
+    legend_right(ax)
+    return fig
+
+
+@styled
+def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float, str]] = ()) -> Figure:
+    """The run over time: output tok/s and in-flight; TTFT/ITL p50 and p99; errors. Point starts are marked."""
+    fig = new_figure(h=6.0, right=2.8)
+    axes = fig.subplots(3, 1, sharex=True)
+    if not rows:
+        empty(axes[0], "no records")
+        return fig
+    rows = rows[:: max(1, math.ceil(len(rows) / _MAX_LINE_POINTS))]
+    t = np.array([r["t_s"] for r in rows], dtype=float)
+
+    def col(k: str) -> np.ndarray:
+        return np.array([np.nan if r.get(k) is None else r[k] for r in rows], dtype=float)
+
+    a0 = axes[0]
+    a0.plot(t, col("output_tps"), color=COLORS[0], lw=1.2, label="output tok/s")
+    a0.set_ylabel("output tok/s")
+    tw = a0.twinx()
+    tw.grid(False)
+    tw.plot(t, col("in_flight"), color=COLORS[3], lw=1, alpha=0.8, label="in flight")
+    tw.set_ylabel("in flight")
+    tw.spines["right"].set_visible(True)
+    h1, l1 = a0.get_legend_handles_labels()
+    h2, l2 = tw.get_legend_handles_labels()
+    legend_right(tw, h1 + h2, l1 + l2, x=1.12)
+    a1 = axes[1]
+    for i, k in enumerate(("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")):
+        v = col(k)
+        if np.isfinite(v).any():
+            a1.plot(t, v, lw=1, color=COLORS[i], label=k.replace("_ms", "").replace("_", " "))
+    log_scale(a1)
+    a1.set_ylabel("ms (log)")
+    legend_right(a1)
+    a2 = axes[2]
+    a2.bar(t, col("errors"), width=(t[1] - t[0]) if t.size > 1 else 1.0, color=COLORS[1], label="errors")
+    a2.plot(t, col("completed"), color=COLORS[2], lw=1, label="completed ok")
+    a2.set_ylabel("requests / interval")
+    a2.set_xlabel("seconds since the first scheduled request")
+    legend_right(a2)
+    for ax in axes:
+        for x0, _ in marks:
+            ax.axvline(x0, color="#999", lw=0.6, ls=":")
+    for x0, label in marks:
+        axes[0].annotate(
+            label,
+            (x0, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=6,
+            color="#666",
+            xytext=(2, -8),
+            textcoords="offset points",
+        )
+    return fig
+
+
+@styled
+def server_chart(
+    t_s: Sequence[float],
+    running: Sequence[float | None],
+    waiting: Sequence[float | None],
+    kv_usage: Sequence[float | None],
+) -> Figure:
+    """What the server reported over the run (its /metrics): requests running and waiting, KV-cache use."""
+    fig = new_figure(h=2.8, right=2.8)
+    ax = new_axes(fig)
+    if not len(t_s):
+        empty(ax, "the server exposed no metrics (or --server-metrics off)")
+        return fig
+    t = np.asarray(t_s, dtype=float)
+
+    def arr(v: Sequence[float | None]) -> np.ndarray:
+        return np.array([np.nan if x is None else x for x in v], dtype=float)
+
+    ax.plot(t, arr(running), color=COLORS[0], lw=1.2, label="running")
+    ax.plot(t, arr(waiting), color=COLORS[1], lw=1.2, label="waiting")
+    ax.set_ylabel("requests")
+    ax.set_xlabel("seconds since the first scheduled request")
+    tw = ax.twinx()
+    tw.grid(False)
+    tw.plot(t, 100 * arr(kv_usage), color=COLORS[3], lw=1, ls="--", label="KV cache %")
+    tw.set_ylabel("KV cache used %")
+    tw.spines["right"].set_visible(True)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = tw.get_legend_handles_labels()
+    legend_right(tw, h1 + h2, l1 + l2, x=1.12)
+    return fig
+
+
+@styled
+def errors_chart(labels: Sequence[str], by_status: Sequence[dict[str, int]]) -> Figure:
+    """Failed requests per point, stacked by status (ok excluded)."""
+    statuses = sorted({k for d in by_status for k, v in d.items() if v and k != "ok"})
+    fig = new_figure(h=3.4 if statuses else 1.0, bottom=0.9 if statuses else 0.1)
+    ax = new_axes(fig)
+    if not statuses:
+        empty(ax, "no failed or cancelled requests")
+        return fig
+    x = np.arange(len(labels))
+    bottom = np.zeros(len(labels))
+    for i, st in enumerate(statuses):
+        v = np.array([d.get(st, 0) for d in by_status], dtype=float)
+        ax.bar(x, v, bottom=bottom, color=COLORS[(i + 1) % len(COLORS)], label=st)
+        bottom += v
+    ax.set_xticks(x, list(labels), rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("requests in the window")
+    legend_right(ax)
+    return fig
