@@ -221,7 +221,7 @@ class HostileServer:
                 path = target.split("?", 1)[0]
                 if path.startswith("/_hostile/"):
                     await self._control(path, writer)
-                    continue
+                    break
                 try:
                     body = orjson.loads(raw) if raw else None
                 except orjson.JSONDecodeError:
@@ -285,7 +285,8 @@ class HostileServer:
             body = orjson.dumps({name: self.url(name) for name in BEHAVIOURS})
         else:
             body = orjson.dumps({name: b.doc for name, b in BEHAVIOURS.items()})
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        head += b"Content-Length: %d\r\n\r\n" % len(body)
         writer.write(head + body)
         await writer.drain()
 

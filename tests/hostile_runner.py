@@ -81,7 +81,10 @@ def serve() -> None:
     import importlib
 
     for name in _PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken tree: each child then shows the error itself
+            break
     say = sys.stdout
     say.write('{"ready":true}\n')
     say.flush()
