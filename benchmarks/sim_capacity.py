@@ -14,17 +14,21 @@ Target (issue "Built-in simulated engine"): >= 20,000 tokens/s while on time
 (fewer than 1 % of steps late).
 
     python benchmarks/sim_capacity.py [--gpu b200] [--model llama-3.1-8b] [--weight-dtype fp8] [--seconds 8]
-                                      [--truth] [--loop auto|uvloop|asyncio|both] [--floor 64]
+                                      [--truth] [--loop auto|uvloop|asyncio|both] [--floor 64] [--virtual]
 
 ``--truth`` recomputes the late steps from the simulator's ground-truth file (each
 token's write instant against its modelled instant), independently of its own count.
 ``--loop`` picks the simulator's event loop the way ``loadgen sim`` does (``LOADGEN_LOOP``,
-loadgen/aio.py; ``auto``: uvloop where installed); ``both`` measures every level on each.
+loadgen/clock.py; ``auto``: uvloop where installed); ``both`` measures every level on each.
 ``--floor BATCH`` first measures the machine without the simulator: from the simulator's core,
 rounds of BATCH bare loopback sends at absolute instants one step time (3.3 ms) apart, a
 round late when its last send returns > 2 ms after its instant. The share of late rounds
 is lateness no simulator could avoid there (a hypervisor or another process taking the
 core for a millisecond or more).
+``--virtual`` first times the engine's scheduler alone: ``simulate()`` of 256 sequences x 200
+tokens in virtual time (no sockets, no clock), the planning and bookkeeping every real-time step
+pays; best of 5, in tokens/s on one core. It must stay far above the target, or no real-time
+run can reach it.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ import orjson
 
 from loadgen import clock as aio
 from loadgen.client.prometheus import fetch_metrics, metrics_url
+from loadgen.sim.model import SimRequest
 from loadgen.sim.process import start_sim
+from loadgen.sim.roofline import RooflineModel
 
 
 def _load(host: str, port: int, request: bytes, concurrency: int, stop: threading.Event) -> int:
@@ -268,6 +274,19 @@ def _truth_lateness(path: Path, window_ns: tuple[int, int], threshold_ms: float 
     )
 
 
+def _virtual(gpu: str, model: str, sequences: int = 256, tokens: int = 200, repeats: int = 5) -> str:
+    """The scheduler's speed in virtual time: ``sequences`` decoding ``tokens`` each, all at once."""
+    best = 0.0
+    for _ in range(repeats):
+        m = RooflineModel(gpu, model, max_num_seqs=sequences, prefix_cache=False)
+        for i in range(sequences):
+            m.submit(SimRequest(str(i), [i] * 64, tokens, 0))
+        t = time.perf_counter()
+        m.simulate()
+        best = max(best, sequences * tokens / (time.perf_counter() - t))
+    return f"virtual scheduler ({sequences} sequences): {best:.0f} tokens/s planned and emitted (best of {repeats})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu", default="b200")
@@ -295,8 +314,11 @@ def main() -> None:
         metavar="BATCH",
         help="first time rounds of BATCH bare loopback sends every 3.3 ms from the simulator's core",
     )
+    ap.add_argument("--virtual", action="store_true", help="first time the scheduler alone, in virtual time")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
+    if args.virtual:
+        print(_virtual(args.gpu, args.model), flush=True)
     if args.floor:
         print(_floor(args.floor, 0.0033, args.seconds), flush=True)
     loops = ("uvloop", "asyncio") if args.loop == "both" else (args.loop,)
@@ -315,7 +337,7 @@ def main() -> None:
 def _report(loop: str, c: int, r: dict[str, Any]) -> bool:
     """Print one level's figures; whether it was on time (< 1 % of steps late)."""
     late_pct = 100 * r["late"] / max(r["steps"], 1)
-    on_time = late_pct < 1.0
+    on_time = bool(late_pct < 1.0)
     held = (
         (
             f"; {int(r['held'])} of ~{int(r['requests'])} requests held for headroom, "

@@ -264,11 +264,8 @@ class _JumpingSelector(selectors.DefaultSelector):
         ready = super().select(0)
         if ready:
             return ready
-        if timeout is None:  # no timer and nothing ready: only another thread can wake it
-            ready = super().select(5.0)
-            if not ready:
-                raise RuntimeError("virtual loop: nothing is scheduled and nothing can wake it (a deadlock)")
-            return ready
+        if timeout is None:  # no timer and nothing ready (threads are not waited for: no executor here)
+            raise RuntimeError("virtual loop: nothing is scheduled and nothing can wake it (a deadlock)")
         self.clock.ns += math.ceil(timeout * 1e9) if timeout > 0 else self.clock.tick_ns
         return []
 
@@ -277,7 +274,9 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     """An event loop on a ``VirtualClock``: ``asyncio.sleep``, ``wait_for`` and every timer run
     on virtual time, so code that takes its clock as a parameter (the engine, the simulator)
     can be driven to the nanosecond without sockets and without real waiting. Pass
-    ``loop.clock`` as that clock. For tests; it carries no real I/O timing.
+    ``loop.clock`` as that clock. For tests: no real I/O timing, and no threads (an
+    executor's result would never be waited for); a program left waiting on nothing
+    raises instead of hanging.
     """
 
     def __init__(self, clock: VirtualClock | None = None) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "read_run_meta",
     "write_json",
     "make_folder",
+    "check_run_folder",
     "SCHEMA",
     "STATUSES",
     "Record",
@@ -217,15 +218,35 @@ def read_records(run_dir: str | os.PathLike[str]) -> pa.Table:
         try:
             return pq.read_table(parquet, schema=SCHEMA)
         except (pa.ArrowException, OSError) as e:
-            raise SpecError(f"{parquet}: unreadable records ({_first_line(e)})") from None
+            raise _unreadable(parquet, e) from None
+    return pa.concat_tables([read_stream(p) for p in _streams(run)])
+
+
+def check_run_folder(run_dir: str | os.PathLike[str]) -> None:
+    """Refuse a folder that is no run folder, or whose run.json or records cannot be read, at the
+    cost of reading run.json and the Parquet footer: before a command loads the analysis."""
+    run = Path(run_dir)
+    read_run_meta(run)
+    parquet = run / PARQUET_NAME
+    if not parquet.exists():
+        _streams(run)
+        return
+    try:
+        pq.read_schema(parquet)
+    except (pa.ArrowException, OSError) as e:
+        raise _unreadable(parquet, e) from None
+
+
+def _streams(run: Path) -> list[Path]:
     streams = sorted(run.glob("records*.arrows"))
     if not streams:
         raise ConfigError(f"{run}: not a run folder (no {PARQUET_NAME} or {STREAM_NAME})")
-    return pa.concat_tables([read_stream(p) for p in streams])
+    return streams
 
 
-def _first_line(e: BaseException) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+def _unreadable(path: Path, e: BaseException) -> SpecError:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return SpecError(f"{path}: unreadable records ({reason})")
 
 
 def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = None) -> Path:
@@ -264,7 +285,23 @@ def read_run_meta(run_dir: Path) -> dict[str, Any]:
         raise SpecError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(meta, dict):
         raise SpecError(f"{path}: expected a JSON object, found {type(meta).__name__}")
+    for key, (kind, name) in _META_SHAPE.items():
+        value = meta.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise SpecError(f"{path}: {key}: expected a JSON {name}, found {type(value).__name__}")
+    if any(not isinstance(p, dict) for p in meta.get("points") or ()):
+        raise SpecError(f"{path}: points: expected a list of JSON objects")
     return meta
+
+
+# The blocks of run.json that readers descend into (each may be absent or null).
+_META_SHAPE: dict[str, tuple[type, str]] = {
+    "settings": (dict, "object"),
+    "client": (dict, "object"),
+    "sweep": (dict, "object"),
+    "simulator": (dict, "object"),
+    "points": (list, "array"),
+}
 
 
 def make_folder(path: Path, flag: str = "--out") -> Path:

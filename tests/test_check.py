@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,16 +26,22 @@ from loadgen.workload.tokenizer import BUILTIN
 
 
 @contextmanager
-def sim(faults: str = "", **config: object) -> Iterator[str]:
-    """A fast fixed-latency simulator (TTFT 10 ms, ITL 2 ms) served from a thread on loopback."""
-    cfg = SimConfig(faults=parse_faults(faults), max_model_len=4096, **config)  # type: ignore[arg-type]
-    server = SimServer(FixedModel(0.01, 0.002), cfg)
+def sim(faults: str = "", itl_s: float = 0.005, **config: Any) -> Iterator[str]:
+    """A fast fixed-latency simulator (TTFT 10 ms, ITL 5 ms: a 64-token answer takes 325 ms) served
+    from a thread on loopback.
+
+    It shares the box's CPUs with the client: on a loaded box either can stall for tens of ms.
+    The simulator then writes its backlog at once, as any server on that box would, and the
+    client reads what waited in its socket at once; an answer ten times longer than such a
+    stall keeps both from looking like a buffered burst (or hiding one)."""
+    cfg = SimConfig(faults=parse_faults(faults), max_model_len=4096, **config)
+    server = SimServer(FixedModel(0.01, itl_s), cfg)
     with serve_in_thread(server) as url:
         yield url
 
 
-def check(url: str, **kw: object) -> tuple[Outcome, dict[str, str]]:
-    out = asyncio.run(run_check(CheckOptions(url=url, timeout_s=20, **kw)))  # type: ignore[arg-type]
+def check(url: str, **kw: Any) -> tuple[Outcome, dict[str, str]]:
+    out = asyncio.run(run_check(CheckOptions(url=url, timeout_s=20, **kw)))
     return out, {c.name: c.status for c in out.cases}
 
 
@@ -56,17 +63,19 @@ def test_plain_simulator_passes_every_item() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fault", "fails"),
+    ("fault", "fails", "itl_s"),
     [
-        ("usage_under=0.5", "usage-matches-stream"),
-        ("buffered", "real-streaming"),
-        ("ignore_max_tokens", "max-tokens"),
-        ("malformed=1", "chat-stream-framing"),
-        ("ignore_eos_ignored", "ignore-eos"),
+        ("usage_under=0.5", "usage-matches-stream", 0.005),
+        # A burst is told from a busy client's own only if the client looked late in the answer and saw
+        # nothing yet: a longer answer (650 ms) leaves a loaded box's stalls (tens of ms) short beside it.
+        ("buffered", "real-streaming", 0.010),
+        ("ignore_max_tokens", "max-tokens", 0.005),
+        ("malformed=1", "chat-stream-framing", 0.005),
+        ("ignore_eos_ignored", "ignore-eos", 0.005),
     ],
 )
-def test_faults_fail_their_item(fault: str, fails: str) -> None:
-    with sim(fault) as url:
+def test_faults_fail_their_item(fault: str, fails: str, itl_s: float) -> None:
+    with sim(fault, itl_s=itl_s) as url:
         out, status = check(url)
     assert status[fails] == "fail", [(c.name, c.status, c.message) for c in out.cases]
     assert out.exit_code == 1
@@ -97,15 +106,15 @@ async def _check_while_busy(url: str) -> Outcome:
 
 
 @pytest.mark.timing
-@pytest.mark.parametrize("fault", ["", "buffered"])
-def test_a_busy_client_fails_nothing_on_timing(fault: str) -> None:
-    """A client whose loop is blocked 60 ms of every 65 cannot tell streaming from a burst: the timing
-    items say INCONCLUSIVE (or PASS, on what it did see), never FAIL, honest endpoint or not."""
+@pytest.mark.parametrize(("fault", "never"), [("", "fail"), ("buffered", "pass")])
+def test_a_busy_client_gives_no_false_timing_verdict(fault: str, never: str) -> None:
+    """A client whose loop is blocked 60 ms of every 65 cannot always tell streaming from a burst:
+    the timing items then say INCONCLUSIVE, naming the stalls, and never give the wrong verdict."""
     with sim(fault) as url:
         out = asyncio.run(_check_while_busy(url))
     cases = {c.name: c for c in out.cases}
     for item in TIMING_ITEMS:
-        assert cases[item].status != "fail", cases[item].message
+        assert cases[item].status != never, cases[item].message
         if cases[item].status == "inconclusive":
             assert "the client's event loop stalled" in cases[item].message
     if not fault:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -71,11 +70,12 @@ def sweep_on(gpu: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bakeoff")
-    with ThreadPoolExecutor(len(GPUS)) as pool:
-        done = dict(zip(GPUS, pool.map(lambda g: sweep_on(g, root / g), GPUS), strict=True))
-    return done
+    # One after the other: two simulators and two clients at once on a small loaded box stall
+    # each other, widening both throughput intervals until they overlap.
+    return {g: sweep_on(g, root / g) for g in GPUS}
 
 
+@pytest.mark.timing  # both simulators serve in real time; the 2.3x roofline margin survives a loaded box
 def test_compare_ranks_the_gpus_as_the_roofline_predicts(runs: dict[str, Path], tmp_path: Path) -> None:
     model = {g: RooflineModel(g, "llama-3.1-8b", max_num_seqs=4).saturation_estimate(*SHAPE) for g in GPUS}
     assert model["h200"].output_tokens_per_s > 2 * model["a100"].output_tokens_per_s

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +11,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json
-from loadgen.analysis.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, interval_histograms, timeseries
+from loadgen.analysis.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, iter_interval_histograms, timeseries
 from loadgen.analysis.validity import validity_warnings
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import SCHEMA, Record, to_batch
@@ -348,7 +347,7 @@ def test_interval_histograms_merge_exactly() -> None:
             )
         )
     t = table(*recs)
-    hists = interval_histograms(t, interval_s=0.5)
+    hists = list(iter_interval_histograms(t, interval_s=0.5))
     assert len(hists) == len(timeseries(t, interval_s=0.5))
     merged = HdrHistogram(1, HIST_HIGHEST_US, 3)
     for h in hists:
@@ -378,7 +377,11 @@ def test_vectorised_fill_equals_record_value() -> None:
         assert hist_percentile(fast, p) == slow.get_value_at_percentile(p)
 
 
-def test_large_table_is_fast() -> None:
+def test_large_table_is_folded_exactly() -> None:
+    """4000 requests x 50 chunks through the vectorised list columns: the ITL count and median,
+    the output rate, every request within the SLO, one timeseries row per second.
+
+    (How fast this is, at up to a million requests, is measured in benchmarks/analysis_speed.py.)"""
     n, k = 4000, 50
     sched = np.arange(n, dtype=np.int64) * 10 * MS + BASE
     chunk = sched[:, None] + 50 * MS + np.cumsum(np.full((n, k), 5 * MS), axis=1)
@@ -396,12 +399,11 @@ def test_large_table_is_fast() -> None:
         run_id=[""] * n,
     )
     t = pa.Table.from_pydict(cols, schema=SCHEMA)
-    start = time.perf_counter()
     s = summarize(t, slo=SLO(ttft_ms=100))
     rows = timeseries(t)
-    assert time.perf_counter() - start < 3.0
     assert s.itl.n == n * (k - 1) and s.itl.pct(50)[0] == pytest.approx(5.0)
     assert s.output_tps == pytest.approx(k * 100, rel=0.02)
+    assert s.requests == s.slo_met == n  # TTFT 55 ms each, under the 100 ms bound
     assert len(rows) == 41
 
 

@@ -15,7 +15,7 @@ import pytest
 from llamacpp import LlamaServer, have_xllamacpp, start_llamacpp
 
 from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_engine_metrics
-from loadgen.client.prometheus import metrics_url
+from loadgen.client.prometheus import PrometheusTextError, metrics_url
 from loadgen.client.scrape import ScraperThread, ServerMetricsScraper, resolve_option, summarize
 from loadgen.errors import ConfigError
 from loadgen.records import SERVER_METRICS_NAME, load_server_metrics
@@ -187,16 +187,21 @@ def test_parsing_keeps_engine_samples_and_drops_buckets_created_and_foreign_metr
 
 @pytest.mark.parametrize(
     "text",
-    [
-        "vllm:num_requests_running NaN\nvllm:num_requests_waiting +Inf\n",
-        "vllm:num_requests_running abc\n",
-        'vllm:num_requests_running{model_name="a}b"} 3\n',  # a brace inside a label: the line is skipped
-        "vllm:num_requests_running",  # cut off before the value
-        "",
-    ],
+    ["vllm:num_requests_running NaN\nvllm:num_requests_waiting +Inf\n", "vllm:num_requests_running 1e400\n", ""],
 )
-def test_hostile_or_broken_text_yields_no_values(text: str) -> None:
+def test_values_that_are_not_numbers_yield_no_values(text: str) -> None:
     assert parse_engine_metrics(text) == {}
+    assert normalize(parse_engine_metrics(text))["running"] is None
+
+
+@pytest.mark.parametrize("text", ["vllm:num_requests_running abc\n", VLLM + "vllm:num_requests_running"])
+def test_broken_text_is_refused_whole_not_summed_in_part(text: str) -> None:
+    with pytest.raises(PrometheusTextError):
+        parse_engine_metrics(text)
+
+
+def test_a_brace_inside_a_quoted_label_value_is_read_as_the_format_says() -> None:
+    assert parse_engine_metrics('vllm:num_requests_running{model_name="a}b"} 3\n') == {"vllm:num_requests_running": 3.0}
 
 
 def test_raw_names_are_bounded() -> None:

@@ -1,9 +1,7 @@
-"""The simulator's streaming writer: tokens written from inside the model's step.
+"""The simulated server on the wire: tokens written from inside the model's step.
 
-First the writer alone, against a fake transport (no socket, no clock): the bytes each path
-writes, fault points, handing over to the handler. Then on the wire, over raw sockets, so the
-HTTP framing itself is checked (chunk sizes, HTTP/1.0), and so a reader can be slow or leave
-mid-answer.
+Raw sockets, so the HTTP framing itself is checked (chunk sizes, HTTP/1.0), and so a reader can
+be slow or leave mid-answer. The streaming writer alone, without a socket: test_sim_stream_writer.py.
 """
 
 from __future__ import annotations
@@ -14,14 +12,12 @@ import time
 from pathlib import Path
 
 import orjson
-import pytest
 
-from loadgen.sim.answer import SimConfig, SseFrames, word_index
-from loadgen.sim.faults import FaultPlan, FaultSpec
-from loadgen.sim.model import COALESCE_NS, FixedModel, SimRequest, TimingModel
+from loadgen.sim.answer import SimConfig, word_index
+from loadgen.sim.model import FixedModel, TimingModel
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sim.server import SimServer
-from loadgen.sim.stream_writer import CUT, STALL, StreamWriter
+from loadgen.sim.stream_writer import StreamWriter
 from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 
@@ -97,127 +93,6 @@ def _words(req_prompt_len: int, start: int, n: int) -> str:
     return "".join(" " + WORDS[word_index(_R, k)] for k in range(start, start + n))  # type: ignore[arg-type]
 
 
-# ---- the writer alone ---------------------------------------------------------------------
-class FakeTransport:
-    """What the writer uses of an asyncio transport: writes kept, a write buffer of a chosen size."""
-
-    def __init__(self, buffered: int = 0) -> None:
-        self.writes: list[bytes] = []
-        self.buffered = buffered
-        self.closing = False
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_write_buffer_size(self) -> int:
-        return self.buffered
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-
-def _writer(n: int, plan: FaultPlan | None = None, **config: object) -> StreamWriter:
-    req = SimRequest("r", [7] * 5, n, arrival_ns=0)
-    cfg = SimConfig(**config)  # type: ignore[arg-type]
-    return StreamWriter(req, SseFrames("r", "sim", chat=True), cfg, plan or FaultPlan(), [], None, chunked=True)
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%b\r\n" % (len(data), data)
-
-
-def test_prepared_and_direct_writes_carry_the_frames_take_makes():
-    """The model's three ways of writing one token (prepared and fired at the step's end, written in
-    the step by ``on_emit``, coalesced when far behind) all send what ``take`` would, one HTTP chunk a
-    token, each counted once; the last token hands the stream back to its handler."""
-    n = 5
-    reference = _writer(n)
-    reference.req.emit(n, 0)
-    frames = [f + b"\n\n" for f in reference.take().split(b"\n\n")[:-1]]
-    expected = [_chunk(f) for f in frames]
-
-    async def main() -> tuple[StreamWriter, FakeTransport, list[int]]:
-        w, t = _writer(n), FakeTransport()
-        req = w.req
-        w.go_direct(t)
-        assert req.sink == w.on_emit and req.prepare == w.prepare
-        writes_after = []
-        fire = req.prepare()  # token 0, prepared before its step's end...
-        assert fire is not None and t.writes == []
-        fire()  # ...written first thing at the end...
-        req.emit(1, 10, model_ns=10)  # ...and only counted in the step's bookkeeping
-        writes_after.append(len(t.writes))
-        req.emit(1, 20, model_ns=20)  # token 1: written by on_emit, inside the step
-        writes_after.append(len(t.writes))
-        late = 60 + COALESCE_NS  # tokens 2 to 4 emitted far behind their instants: held for one write
-        req.emit(1, late, model_ns=30)
-        req.emit(1, late, model_ns=40)
-        writes_after.append(len(t.writes))
-        await asyncio.sleep(0)
-        writes_after.append(len(t.writes))
-        req.emit(1, late, model_ns=50)  # the last token, still behind: flushed at the next turn...
-        await asyncio.sleep(0)
-        writes_after.append(len(t.writes))
-        return w, t, writes_after  # ...and, the answer complete, the handler takes over
-
-    w, t, writes_after = asyncio.run(main())
-    assert writes_after == [1, 2, 2, 3, 4]
-    assert t.writes[:2] == expected[:2]
-    assert t.writes[2] == _chunk(frames[2] + frames[3])
-    assert t.writes[3] == expected[4]
-    assert w.sent == n and len(w.req.written_ns) == n and w.complete()
-    assert not w.direct and w.req.sink is None
-
-
-def test_a_backed_up_or_closed_socket_is_left_to_the_handler():
-    async def main() -> list[bool]:
-        went = []
-        for t in (FakeTransport(buffered=1 << 20), FakeTransport(), None):
-            if t is not None and not t.buffered:
-                t.closing = True
-            w = _writer(3)
-            w.go_direct(t)
-            went.append(w.direct or w.req.sink is not None)
-        return went
-
-    assert asyncio.run(main()) == [False, False, False]
-
-
-@pytest.mark.parametrize(
-    ("plan", "action", "before"),
-    [
-        (FaultPlan(stall_at=2), STALL, 2),
-        (FaultPlan(disconnect_at=2), CUT, 2),
-        (FaultPlan(malformed_at=2), 0, 5),
-    ],
-)
-def test_take_stops_at_a_fault_point_for_the_handler(plan, action, before):
-    w = _writer(5, plan)
-    w.req.emit(5, 0)
-    data = w.take()
-    assert (w.action, w.sent) == (action, before)
-    assert data.count(b"chat.completion.chunk") == before
-    assert (b"data: {not json\n\n" in data) == (plan.malformed_at >= 0)
-    assert w.take() == b""  # nothing more until the handler acted
-    if action == STALL:
-        w.action, w.stalled = 0, True  # the handler waited out the stall
-        assert w.take().count(b"chat.completion.chunk") == 3 and w.complete()
-
-
-def test_take_chunks_tokens_and_the_buffered_fault_holds_them_to_the_end():
-    w = _writer(7, tokens_per_chunk=3)
-    w.req.emit(4, 0)
-    assert w.take().count(b"chat.completion.chunk") == 1 and w.sent == 3  # one full chunk; one token waits
-    w.req.emit(3, 0)
-    assert w.take().count(b"chat.completion.chunk") == 2 and w.sent == 7  # a chunk of 3, the last of 1
-    held = _writer(4, faults=FaultSpec(buffered=True))
-    held.req.emit(3, 0)
-    assert held.take() == b"" and held.sent == 3
-    held.req.emit(1, 0)
-    assert held.take().count(b"chat.completion.chunk") == 4 and held.complete()
-
-
-# ---- on the wire ---------------------------------------------------------------------------
 def test_chat_stream_framing_words_and_truth(tmp_path):
     prompt = "the of and to in"
     body = {
@@ -250,16 +125,40 @@ def test_chat_stream_framing_words_and_truth(tmp_path):
     assert st["steps_total"] >= 40 and st["generation_tokens_total"] == 40
 
 
-@pytest.mark.timing
+class PunctualClock:
+    """A model clock for the engine on the wire: the real clock, less every delay the machine added to
+    the engine's waits, so that each step's end is met on this clock however loaded the box is. It
+    runs at the real rate between waits, never goes back, and never runs ahead of the real clock, so
+    the server's real-time stamps (arrivals, writes) still come after the model's instants."""
+
+    def __init__(self) -> None:
+        self.debt = 0  # real nanoseconds forgiven so far
+        self.high = 0  # the latest reading handed out
+
+    def _read(self) -> int:
+        return time.perf_counter_ns() - self.debt
+
+    def __call__(self) -> int:
+        self.high = max(self.high, self._read())
+        return self.high
+
+    async def wait_until(self, t: int) -> None:
+        while (left := t - self._read()) > 0:
+            await asyncio.sleep(left / 1e9)
+        self.debt += self._read() - max(t, self.high)  # however late this woke, it reads t now
+
+
 def test_concurrent_streams_are_written_by_the_prepared_path(tmp_path, monkeypatch):
     """Several streams decoding together: the model formats each step's tokens before the step's end and
     writes them first thing at the end (``StreamWriter.fire``); what arrives is still exact, in order, and
     never written before its modelled instant.
 
-    Real time: a step takes the prepared path only when the loop planned it before its end and woke
-    within ``COALESCE_NS`` (10 ms) of it. On a loaded box some steps miss that, so the test asks only
-    that every stream's tokens took the path at some step; the bytes it writes are pinned down exactly
-    by ``test_prepared_and_direct_writes_carry_the_frames_take_makes``."""
+    The prepared path is for steps on time: planned before their end, and woken within ``COALESCE_NS``
+    of it. On the ``PunctualClock`` every wake-up is on time; a step still misses the path if, between
+    the end of the step before and planning it, the engine's process is kept off its core for longer
+    than a whole step (30 ms here), which a loaded 2-core box (slices of a few ms) does not do to most
+    steps: at load average 10-13 all 80 tokens or all but two took it. The bytes the path writes are
+    pinned down in test_sim_stream_writer.py."""
     fired: list[str] = []
     fire = StreamWriter.fire
 
@@ -268,13 +167,16 @@ def test_concurrent_streams_are_written_by_the_prepared_path(tmp_path, monkeypat
         fire(self)
 
     monkeypatch.setattr(StreamWriter, "fire", counting_fire)
-    n, streams = 30, 4
+    n, streams = 20, 4
     prompts = [" ".join(["the"] * (k + 1)) for k in range(streams)]  # distinct prompts, distinct words
     bodies = [
         {"messages": [{"role": "user", "content": p}], "stream": True, "max_tokens": n, "ignore_eos": True}
         for p in prompts
     ]
-    model = RooflineModel("h100", "llama-3.1-8b", max_num_seqs=8)
+    clock = PunctualClock()
+    model = RooflineModel(
+        "h100", "llama-3.1-8b", max_num_seqs=8, step_overhead_s=0.03, clock=clock, wait_until=clock.wait_until
+    )
 
     async def fetch_all(port: int) -> list[bytes]:
         return list(await asyncio.gather(*(_fetch(port, _request(port, b)) for b in bodies)))
@@ -288,7 +190,7 @@ def test_concurrent_streams_are_written_by_the_prepared_path(tmp_path, monkeypat
     for t in truth:
         assert len(t["written_ns"]) == n and t["written_ns"] == sorted(t["written_ns"])
         assert all(m <= e <= w for m, e, w in zip(t["model_ns"], t["emit_ns"], t["written_ns"], strict=True))
-    assert {t["rid"] for t in truth} == set(fired)  # every stream, some of its tokens
+        assert fired.count(t["rid"]) > n // 2  # most of every stream's tokens
 
 
 def test_completions_stream_and_tokens_per_chunk(tmp_path):

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from loadgen.client.protocol.chunk_errors import StreamError
 from loadgen.client.protocol.sse import BadStream, SSEError
-from loadgen.client.protocol.tally import StreamTally, spread
+from loadgen.client.protocol.tally import StreamTally
+from loadgen.client.protocol.token_counts import spread
 
 
 def sse(*events: bytes | dict) -> list[bytes]:

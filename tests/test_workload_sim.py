@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loadgen.client.run import execute
 from loadgen.client.settings import RunSettings
@@ -47,7 +48,12 @@ def _run(tmp_path: Path, spec: str, name: str, rate: float, duration: float) -> 
     return read_records(out).sort_by([("session", "ascending"), ("turn", "ascending")]).to_pydict(), workload
 
 
+@pytest.mark.timing
 def test_agentic_turns_follow_each_answer_after_the_think_time(tmp_path):
+    """Each later turn is scheduled exactly the think time (50 ms) after the answer before it, and sent
+    at that instant. How late it really goes out is how busy the client's core is (well under a
+    millisecond when quiet, several on a loaded box); a turn that waited a think time too many would be
+    50 ms late, so the bound on the typical lag is half a think time."""
     rec, workload = _run(tmp_path, AGENTIC, "agentic", rate=3, duration=1.5)
     assert set(rec["status"]) == {"ok"}
     by_session: dict[int, list[int]] = {}
@@ -56,7 +62,7 @@ def test_agentic_turns_follow_each_answer_after_the_think_time(tmp_path):
     complete = [rows for rows in by_session.values() if len(rows) == 4]
     assert complete, "no session ran all its turns"
     later = [r for rows in complete for r in rows[1:]]
-    assert np.median([(rec["t_sent"][r] - rec["t_sched"][r]) / 1e6 for r in later]) < 3
+    assert np.median([(rec["t_sent"][r] - rec["t_sched"][r]) / 1e6 for r in later]) < 25
     for rows in complete:
         assert [rec["turn"][r] for r in rows] == [0, 1, 2, 3]
         spec = workload.session(rec["session"][rows[0]])

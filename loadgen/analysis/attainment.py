@@ -1,8 +1,8 @@
 """SLO attainment statistics: how sure a measured point's attainment is, and capacity at SLO.
 
-Split from sweep planning (``sweep.py``) because these are plain statistics over
-(rate, met, n) counts, used by the automatic search (``sweep_search.py``, to size bisection
-points) and by the sweep report (``report/points.py``) alike: one-sided Clopper-Pearson
+Plain statistics over (rate, met, n) counts, so they live in the analysis layer: the
+automatic search (``sweep.search``) sizes its bisection points with them and every view of
+a finished run (``analysis.points``) states capacity with them. One-sided Clopper-Pearson
 bounds of an attainment fraction, the samples a clean pass needs, and the highest rate
 whose attainment meets a target, with how far that is confirmed.
 """

@@ -1,8 +1,9 @@
 """The records' columns as numpy arrays, converted once, and the per-chunk gaps.
 
-Shared by ``metrics`` (the figures), ``timeseries`` and ``gate`` (which needs the
-samples themselves), so every caller derives TTFT, ITL and the rest from the same
-code: the definitions of DESIGN.md live in one place.
+Shared by ``metrics`` (the figures), ``timeseries`` and ``conformance.samples`` (the
+gate, which needs the samples themselves), so every caller derives TTFT, ITL and the
+rest from the same code: the definitions of DESIGN.md live in one place. The array
+aliases (``Ints``, ``Floats``, ``Mask``, ``Objects``) name what each array holds.
 """
 
 from __future__ import annotations

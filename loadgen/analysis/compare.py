@@ -68,7 +68,7 @@ def separated_winner(values: dict[str, tuple[float, float, float]], better: str)
         return None, "fewer than two runs have this figure"
     sign = 1.0 if better == "higher" else -1.0
     best = max(ok, key=lambda k: sign * ok[k][0])
-    b_est, b_lo, b_hi = ok[best]
+    _, b_lo, b_hi = ok[best]
     for k, (_, lo, hi) in ok.items():
         if k == best:
             continue

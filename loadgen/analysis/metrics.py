@@ -1,7 +1,8 @@
 """Every figure of a report, computed from the records (DESIGN.md, "the contract").
 
-The engine only times and records; this module is the one place where records
-become numbers, so a report can always be re-rendered from a run folder. Inputs
+The engine only times and records; the analysis layer is the one place where records
+become numbers, so a report can always be re-rendered from a run folder, and this
+module folds one run's (or one load point's) records into a ``Summary``. Inputs
 are Arrow tables with ``records.SCHEMA`` (one run, or one load point of a sweep).
 Columns are converted to numpy once and everything is vectorised, including the
 per-chunk list columns, so a million-request run summarises in seconds

@@ -1,8 +1,9 @@
-"""A run folder's summary: figures from the records, warnings, summary.json, terminal.
+"""A single-point run folder's summary: figures from the records, warnings, summary.json.
 
-``summarize_run`` is the one path from a run folder to its figures, used at
-the end of ``run`` and by ``report``; so a report re-rendered later is the same
-function of the same records.
+``summarize_run`` is the path from a ``loadgen run`` folder to its summary.json, used at
+the end of ``run`` and by ``report`` (``report.terminal`` shows it); so a report
+re-rendered later is the same function of the same records. The client's and the
+simulator's warnings are read from run.json here, for sweeps (``analysis.points``) too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def client_warnings(meta: dict[str, Any]) -> list[str]:
             )
         if c.get("loop_lag_max_ms", 0) > 50:
             out.append(f"the client's event loop stalled for up to {c['loop_lag_max_ms']:.0f} ms")
+    # the client's fast path (each read stamped as it arrives, each request held to its instant):
+    # every process says whether it had it (a run merged from workers lists them under "workers")
+    processes = [p for c in _clients(meta) for p in (c, *c.get("workers", []))]
+    for why in dict.fromkeys(
+        p.get("fast_read_why_not") or "no reason given" for p in processes if p.get("fast_read") is False
+    ):
+        out.append(
+            f"the client ran without its fast path ({why}): timing fell back to the slower path, "
+            "reads stamped when the request's task got to them and requests prepared at their instant "
+            "(so timings include more client delay)"
+        )
     return out
 
 

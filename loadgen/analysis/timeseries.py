@@ -18,7 +18,6 @@ from loadgen.analysis.window import MetricsError
 __all__ = [
     "IntervalHistograms",
     "timeseries",
-    "interval_histograms",
     "iter_interval_histograms",
     "hist_percentile",
     "HIST_HIGHEST_US",
@@ -169,11 +168,6 @@ def iter_interval_histograms(
     if series is not None:
         for i in range(series.cols["sent"].size):
             yield series.histograms(i)
-
-
-def interval_histograms(table: pa.Table, interval_s: float = 1.0, t0_ns: int | None = None) -> list[IntervalHistograms]:
-    """All of ``iter_interval_histograms`` as a list (mind memory on long runs)."""
-    return list(iter_interval_histograms(table, interval_s, t0_ns))
 
 
 def timeseries(table: pa.Table, interval_s: float = 1.0) -> list[dict[str, Any]]:

@@ -80,10 +80,13 @@ def print_comparison(c: Comparison, console: Console) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from loadgen.records import check_run_folder, make_folder
+
+    for run in args.runs:
+        check_run_folder(Path(run))  # before the analysis is imported
     from rich.console import Console
 
     from loadgen.analysis.compare import compare_runs
-    from loadgen.records import make_folder
     from loadgen.report.compare import write_compare
 
     slo, slo_name, target = resolve_slo(args.slo)

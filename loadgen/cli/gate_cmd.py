@@ -86,9 +86,6 @@ def profile_names() -> list[str]:
 
 def gate_profile(args: argparse.Namespace) -> Profile | None:
     """Validate the gate flags (profile, tolerance, baseline) before any traffic; None when not gating."""
-    from loadgen.conformance.gate import parse_tolerance
-    from loadgen.conformance.slo import load_profile
-
     if getattr(args, "gate", False) and not getattr(args, "slo", None):
         raise ConfigError("--gate needs --slo PROFILE")
     if not getattr(args, "slo", None):
@@ -97,6 +94,9 @@ def gate_profile(args: argparse.Namespace) -> Profile | None:
         if getattr(args, "gate", False):
             raise ConfigError(f"--gate needs an SLO profile (a file or built-in name), not inline bounds {args.slo!r}")
         return None
+    from loadgen.conformance.gate import parse_tolerance  # the statistics come with it: only when judging
+    from loadgen.conformance.slo import load_profile
+
     profile = load_profile(args.slo)
     parse_tolerance(args.tolerance)
     if args.baseline and not (Path(args.baseline) / "run.json").is_file():
@@ -133,4 +133,7 @@ def gate_after_run(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from loadgen.records import check_run_folder
+
+    check_run_folder(Path(args.run_dir))  # before the profile and the statistics are loaded
     return gate_after_run(Path(args.run_dir), args)

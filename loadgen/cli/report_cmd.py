@@ -28,11 +28,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def main(args: argparse.Namespace) -> int:
-    from loadgen.analysis.run_summary import summarize_run
-    from loadgen.records import read_run_meta
-    from loadgen.report.html import write_report
+    from loadgen.records import check_run_folder, read_run_meta
 
     run_dir = Path(args.run_dir)
+    check_run_folder(run_dir)  # before the analysis is imported
+    from loadgen.analysis.run_summary import summarize_run
+    from loadgen.report.html import write_report
+
     if read_run_meta(run_dir).get("points"):  # a sweep: per point, the frontier, capacity at SLO
         from loadgen.report.sweep_view import render_sweep
 

@@ -296,19 +296,22 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 
 def main(args: argparse.Namespace) -> int:
-    from loadgen.analysis.run_summary import summarize_run
-    from loadgen.cli.live import LiveView
-    from loadgen.client.run import execute, new_run_id
     from loadgen.client.settings import api_key_from_env
-    from loadgen.records import make_folder
 
-    # everything is checked before anything is started or sent
+    # everything is checked before anything is started or sent (most of it before the heavy imports)
     preflight(args)
     slo = slo_of(args)  # a bad profile, tolerance or baseline
     settings = settings_from_args(args)
     workload = resolve_workload(args)
     api_key = api_key_from_env(args.api_key_env)
+
+    from loadgen.client.run import execute, new_run_id
+    from loadgen.records import make_folder
+
     out = make_folder(Path(args.out) if args.out else Path("runs") / new_run_id())
+    from loadgen.analysis.run_summary import summarize_run
+    from loadgen.cli.live import LiveView
+
     view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {settings.arrival}")
     with view:
         result = execute(settings, workload, out, api_key=api_key, sim_flags=sim_args(args), on_engine=view.attach)

@@ -233,23 +233,25 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.text import Text
-
-    from loadgen.cli.live import SweepView
     from loadgen.client.run import new_run_id
     from loadgen.client.settings import api_key_from_env
     from loadgen.records import make_folder
-    from loadgen.report.sweep_view import render_sweep
-    from loadgen.sweep.run import run_sweep
 
-    # everything is checked before anything is started or sent
+    # everything is checked before anything is started or sent (and before the reports' imports)
     preflight(args)
     settings = settings_from_args(args)
     gate_profile(args)  # --gate's profile, tolerance and baseline
     resolve_workload(args)  # a bad workload spec (each point builds its own, salted)
     api_key = api_key_from_env(args.api_key_env)
     out = make_folder(Path(args.out) if args.out else Path("runs") / new_run_id())
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from loadgen.cli.live import SweepView
+    from loadgen.report.sweep_view import render_sweep
+    from loadgen.sweep.run import run_sweep
+
     console = Console(stderr=True)
     target = settings.base.endpoint or "the built-in simulator"
     console.print(Text(f"loadgen sweep -> {target}; {settings.plan.describe()}", style="bold"), highlight=False)

@@ -1,4 +1,4 @@
-"""The engine's transport over aiohttp, and every aiohttp internal loadgen relies on.
+"""Every aiohttp internal loadgen relies on, for the engine's transport (aiohttp_transport.py).
 
 Why internals: the usual ``await content.readany()`` loop costs a future, a task wake-up
 and a coroutine resume per socket read, and stamps each read only when the task gets to
@@ -41,6 +41,7 @@ import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
+from loadgen.client.holds import HoldQueue
 from loadgen.client.transport import SEQ_HEADER, Exchange, FastPath, Holds, OnRead
 from loadgen.clock import Clock
 
@@ -302,7 +303,6 @@ def request_class(calls: dict[int, Call], clock: Clock, holds: Holds) -> type[ai
 
         async def write_bytes(self, writer: Any, conn: Any, *args: Any, **kwargs: Any) -> None:
             call, proto = call_of(self), conn.protocol
-            proto = cast(Any, proto)  # its transport is stood in for below
             if call is None or proto is None or proto.transport is None or call.ex.at <= clock():
                 await super().write_bytes(writer, conn, *args, **kwargs)
                 if call is not None:
@@ -324,7 +324,10 @@ def request_class(calls: dict[int, Call], clock: Clock, holds: Holds) -> type[ai
     return StampingRequest
 
 
-_READER_PARTS = ("_protocol", "_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits")
+_READER_PARTS = (
+    *("__slots__", "_protocol", "_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits"),
+    *("begin_http_chunk_receiving", "end_http_chunk_receiving"),
+)
 _PROBE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
@@ -347,20 +350,10 @@ class _Nowhere(asyncio.Transport):
         pass
 
 
-class _NoHolds:
-    next_due = 1 << 62
-
-    def send_due(self, t: int) -> None:
-        pass
-
-    async def hold(self, ex: Exchange, held: Any) -> None:
-        held.send()
-
-
 def _probe(loop: asyncio.AbstractEventLoop) -> str:
     """Feed a canned answer to a ``StampingHandler``: '' when its body was hooked and its reads
     kept with their times, else what went otherwise."""
-    handler = StampingHandler(loop, clock=lambda: 7, holds=_NoHolds())
+    handler = StampingHandler(loop, clock=lambda: 7, holds=HoldQueue(lambda: 7))
     try:
         handler.connection_made(_Nowhere())
         handler.set_response_params(read_until_eof=False, auto_decompress=False, read_timeout=None)
@@ -371,8 +364,8 @@ def _probe(loop: asyncio.AbstractEventLoop) -> str:
         handler.data_received(b"2\r\nde\r\n0\r\n\r\n")
         if body.early != [(b"abc", 7), (b"de", 7)] or not body.content.is_eof():
             return "a hooked body reader did not pass its reads on"
-        held = HeldWrite(handler.transport)
-        handler.transport = held  # type: ignore[assignment]  # what the held write does
+        held: Any = HeldWrite(handler.transport)  # what a held write does: stand in for the transport
+        handler.transport = held
         if handler.transport is not held:
             return "a connection's transport cannot be stood in for"
         return ""
@@ -385,12 +378,7 @@ def _probe(loop: asyncio.AbstractEventLoop) -> str:
 
 def fast_path(connector: aiohttp.TCPConnector) -> FastPath:
     """Whether every internal listed at the top of this module is there, and works, on this aiohttp."""
-    missing = [f"StreamReader.{a}" for a in ("__slots__", *_READER_PARTS) if not hasattr(StreamReader, a)]
-    missing += [
-        f"StreamReader.{a}"
-        for a in ("begin_http_chunk_receiving", "end_http_chunk_receiving")
-        if not hasattr(StreamReader, a)
-    ]
+    missing = [f"StreamReader.{a}" for a in _READER_PARTS if not hasattr(StreamReader, a)]
     if not hasattr(connector, "_factory"):
         missing.append("TCPConnector._factory")
     if list(inspect.signature(aiohttp.ClientRequest.write_bytes).parameters)[:3] != ["self", "writer", "conn"]:

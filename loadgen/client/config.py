@@ -6,37 +6,85 @@ can build and pass it without importing the HTTP client.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
 
     from loadgen.workload.session import Session
 
-__all__ = ["Timeouts", "EngineConfig", "Plan", "LiveCounters", "redact"]
+__all__ = [
+    "Timeouts",
+    "TIMEOUT_FLAGS",
+    "EngineConfig",
+    "Plan",
+    "LiveCounters",
+    "redact",
+    "MAX_TIMEOUT_S",
+    "MAX_INFLIGHT",
+    "DEFAULT_MAX_INFLIGHT",
+]
 
 _ERROR_CHARS = 300
 _KEYLIKE = re.compile(r"(sk-|Bearer\s+)[A-Za-z0-9_\-.]{6,}")
+
+
+# Limits: far beyond any sensible run, near enough to catch a typo (or a unit mistake)
+# before it costs memory or a night.
+MAX_TIMEOUT_S = 30 * 86_400.0  # 30 days
+MAX_INFLIGHT = 1_000_000
+DEFAULT_MAX_INFLIGHT = 10_000  # a safety cap; reaching it is reported, never silent
+_BUFSIZE = (4 * 1024, 1 << 30)  # a read buffer from 4 KiB to 1 GiB
+_MAX_SHARDS = 4096
+_APIS = ("chat", "completions")
+
+
+def _positive(flag: str, value: object, hi: float, unit: str) -> None:
+    """``value`` is a finite number in (0, hi]; else a ConfigError naming ``flag``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= hi:
+        return
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > hi:
+        raise ConfigError(f"{flag} {value!r}: more than {hi:,.0f} {unit}: check the unit")
+    raise ConfigError(f"{flag} {value!r}: must be a finite number of {unit} > 0")
+
+
+def _integer(flag: str, value: object, lo: int, hi: int) -> None:
+    """``value`` is an integer in [lo, hi]; else a ConfigError naming ``flag``."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
+        raise ConfigError(f"{flag} {value!r}: must be an integer from {lo:,} to {hi:,}")
 
 
 @dataclass(frozen=True)
 class Timeouts:
     """Per-request limits, in seconds. ``first_byte`` runs until the first data
     after the request is sent (that is TTFT, queueing included); ``idle`` is the
-    longest gap allowed between reads after that."""
+    longest gap allowed between reads after that; ``total`` bounds the whole request."""
 
     connect: float = 10.0
     first_byte: float = 600.0
     idle: float = 60.0
     total: float = 3600.0
 
+    def __post_init__(self) -> None:
+        for flag, value in zip(TIMEOUT_FLAGS, astuple(self), strict=True):
+            _positive(flag, value, MAX_TIMEOUT_S, "seconds")
+
+
+TIMEOUT_FLAGS = ("--connect-timeout", "--first-byte-timeout", "--idle-timeout", "--request-timeout")  # field order
+
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """What one engine (one shard of one load point) is told; validated here, so a worker
+    process refuses a bad config as the command line does."""
+
     url: str  # OpenAI base URL, ending in /v1
     model: str
     api: str = "chat"  # chat | completions
@@ -48,10 +96,28 @@ class EngineConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     ignore_eos: bool = True
     keep_text: bool = False
-    max_inflight: int = 10_000  # a safety cap; reaching it is reported, never silent
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
     read_bufsize: int = 4 * 1024 * 1024
-    flush_interval_s: float = 0.2
+    flush_interval_s: float = 0.2  # how often records are flushed and timeouts enforced
     extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            raise ConfigError(f"--endpoint {self.url!r}: expected an OpenAI base URL like http://127.0.0.1:8000/v1")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ConfigError(f"--model {self.model!r}: give a model name")
+        if self.api not in _APIS:
+            raise ConfigError(f"--api {self.api!r}: use chat or completions")
+        if not isinstance(self.timeouts, Timeouts):
+            raise ConfigError(f"EngineConfig.timeouts {self.timeouts!r}: must be a Timeouts")
+        _integer("--max-inflight", self.max_inflight, 1, MAX_INFLIGHT)
+        _integer("--workers", self.shards, 1, _MAX_SHARDS)
+        _integer("EngineConfig.shard", self.shard, 0, self.shards - 1)
+        _integer("EngineConfig.point", self.point, 0, 1 << 62)
+        _integer("EngineConfig.read_bufsize", self.read_bufsize, *_BUFSIZE)
+        _positive("EngineConfig.flush_interval_s", self.flush_interval_s, 60.0, "seconds")
+        if not isinstance(self.extra_body, dict):
+            raise ConfigError(f"--extra-body {self.extra_body!r}: must be a JSON object")
 
     @property
     def path(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from loadgen.client._aiohttp import AiohttpTransport
+from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.config import EngineConfig, LiveCounters, Plan, Timeouts, redact
 from loadgen.client.holds import HoldQueue
 from loadgen.client.protocol.chunk_errors import StreamError
@@ -150,6 +150,7 @@ class Engine:
             if delay > _LONG_WAIT_NS:  # long gaps: stay responsive to a stop
                 try:
                     await asyncio.wait_for(self._stop.wait(), (delay - SPIN_NS) / 1e9)
+                    return  # stopped: the drain starts now, not at the next instant
                 except asyncio.TimeoutError:
                     pass
             await sleep_until(nxt.at - lead, clock, spin_ns=0)  # coarse: the hold is the precise part
@@ -249,7 +250,8 @@ class Engine:
         if self._slots.locked():
             self.live.capped += 1
         async with self._slots:
-            me = _Inflight(asyncio.current_task(), tally, self.clock(), cfg.timeouts)
+            # its timeouts run from its instant (a request prepared early is not waiting yet)
+            me = _Inflight(asyncio.current_task(), tally, max(self.clock(), t_sched), cfg.timeouts)
             self._inflight[seq] = me
             self.live.inflight += 1
             try:

@@ -1,7 +1,8 @@
 """What a serving engine's Prometheus ``/metrics`` text says, on one set of names.
 
 Engines name the same thing differently (vLLM, llama.cpp, SGLang, TGI): this
-module parses the engine-prefixed samples out of the text (``parse_engine_metrics``),
+module picks the engine-prefixed samples out of the text (``parse_engine_metrics``,
+parsed by ``client.prometheus``, which also bounds what an untrusted body costs),
 says which engine exported them (``detect_engine``) and maps them onto one
 normalized set of series (``SERIES``, via ``normalize``), so a report reads
 queue depth or KV-cache use the same way whatever served the run. Pure
@@ -12,12 +13,9 @@ the rows) for that reason.
 
 from __future__ import annotations
 
-import math
-import re
+from loadgen.client.prometheus import MAX_NAMES, parse_samples
 
-__all__ = ["SERIES", "MAX_RAW", "parse_engine_metrics", "detect_engine", "normalize"]
-
-MAX_RAW = 512  # raw names kept per sample; bounds the row size whatever the engine exports
+__all__ = ["SERIES", "parse_engine_metrics", "detect_engine", "normalize"]
 
 # Normalized series, each with what it means. Counters end in _total and are
 # cumulative since the server started; gauges are instantaneous.
@@ -71,32 +69,14 @@ _DIRECT: dict[str, tuple[str, ...]] = {
     "requests_finished_total": ("vllm:request_success_total", "sglang:num_requests_total", "tgi_request_success"),
 }
 
-# One pass in C over the whole text: engine-prefixed samples, with histogram buckets and
-# _created stamps refused up front by a lookahead, so Python only touches the lines it
-# keeps (~0.6 ms for 60 KiB of vLLM histograms, once per interval).
-_SAMPLE = re.compile(
-    r"^(?![^{ \t\n]*_(?:bucket|created)[{ \t])((?:vllm:|llamacpp:|sglang:|tgi_)[A-Za-z0-9_:]*)"
-    r"(?:\{[^}\n]*\})?[ \t]+([^ \t\n]+)",
-    re.MULTILINE,
-)
+_ENGINE_PREFIXES = tuple(_PREFIXES.values())
 
 
-def parse_engine_metrics(text: str, limit: int = MAX_RAW) -> dict[str, float]:
-    """Engine-prefixed samples summed over label sets (``name -> value``); buckets and
-    non-finite or unparsable values are skipped. Untrusted input: bounded by ``limit`` names."""
-    out: dict[str, float] = {}
-    for name, raw in _SAMPLE.findall(text):
-        try:
-            value = float(raw)
-        except ValueError:
-            continue
-        if not math.isfinite(value):
-            continue
-        if name in out:
-            out[name] += value
-        elif len(out) < limit:
-            out[name] = value
-    return out
+def parse_engine_metrics(text: str, limit: int = MAX_NAMES) -> dict[str, float]:
+    """Engine-prefixed samples summed over label sets (``name -> value``), at most ``limit``
+    names; buckets and non-finite values are left out. Untrusted input: raises
+    ``PrometheusTextError`` (a ``ValueError``) for a body that is not Prometheus text."""
+    return parse_samples(text, _ENGINE_PREFIXES, limit)
 
 
 def detect_engine(raw: dict[str, float]) -> str:

@@ -104,4 +104,7 @@ async def run_engine(
         "interrupted": interrupted,
         "records": writer.written,
         "shard": shard,
+        # reads stamped in aiohttp's protocol and requests held to their instants; when false, why not
+        "fast_read": engine.fast_path.ok,
+        "fast_read_why_not": engine.fast_path.why,
     }

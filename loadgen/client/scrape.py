@@ -4,15 +4,16 @@ Why: the client sees latency; only the server knows why. Queue depth, running
 batch size, KV-cache pressure, preemptions and prefix-cache hits, on the same
 ``perf_counter_ns`` clock as the records, explain a TTFT knee or a throughput
 plateau. Engines name these differently, so every sample is also mapped onto one
-normalized set of series (``SERIES``; the parsing and the mapping are in
-``client.metric_names``); the raw engine-prefixed values are kept beside it so
-nothing the engine said is lost.
+normalized set of series (``SERIES``; the parsing is in ``client.prometheus``,
+the mapping in ``client.metric_names``); the raw engine-prefixed values are kept
+beside it so nothing the engine said is lost.
 
 Rows go to ``server_metrics.jsonl`` in the run folder, one JSON object per scrape,
 appended and flushed as they come, so a crash leaves every finished sample. A
-scrape is one GET per interval (default 1 s), bounded in size and time; a failed
-scrape is a row with an ``error`` and never stops the run. If the first probe
-gets no metrics the scraper stays off and says why.
+scrape is one GET per interval (default 1 s), bounded in size and time (the body is
+read up to ``prometheus.MAX_BYTES``); a failed scrape (no answer, a body over the
+cap, text that is not Prometheus's) is a row with an ``error`` and never stops the
+run. If the first probe gets no metrics the scraper stays off and says why.
 
 Use ``ServerMetricsScraper`` inside an event loop, or ``ScraperThread`` around
 synchronous code (its own thread and loop, so it is independent of how many
@@ -38,12 +39,10 @@ import orjson
 
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_engine_metrics
-from loadgen.client.prometheus import metrics_url
+from loadgen.client.prometheus import MAX_BYTES, PrometheusTextError, metrics_url, read_body
 from loadgen.errors import ConfigError
 
 __all__ = ["ServerMetricsScraper", "ScraperThread", "summarize", "resolve_option"]
-
-MAX_BYTES = 4 * 1024 * 1024  # vLLM with many models/LoRAs stays far below this
 
 
 def resolve_option(option: str | None, base_url: str) -> str | None:
@@ -186,13 +185,13 @@ class ServerMetricsScraper:
             async with self._http.get(self.url) as resp:
                 if resp.status != 200:
                     return {"t_ns": t_sent, "wall_ns": wall, "error": f"HTTP {resp.status}"}
-                raw = await resp.content.read(self.max_bytes)
+                body = await read_body(resp, self.max_bytes)
+            t_done = self.clock()
+            values = parse_engine_metrics(body.decode("utf-8", "replace"))
+        except PrometheusTextError as e:
+            return {"t_ns": t_sent, "wall_ns": wall, "error": str(e)}
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
             return {"t_ns": t_sent, "wall_ns": wall, "error": f"{type(e).__name__}: {str(e)[:200]}"}
-        t_done = self.clock()
-        if len(raw) >= self.max_bytes:
-            raw = raw[: raw.rfind(b"\n") + 1]  # never parse a cut-off last line as a value
-        values = parse_engine_metrics(raw.decode("utf-8", "replace"))
         # the server's state was read somewhere between send and answer: stamp the midpoint
         return {
             "t_ns": (t_sent + t_done) // 2,
@@ -221,8 +220,9 @@ class ScraperThread:
 
     The runner's points run under ``asyncio.run`` (or in worker processes); a thread
     keeps one scraper across all of them without touching their loops. Its work is
-    one GET and one C-level regex pass per interval, so it takes little from the
-    client's own timing. ``start()`` returns after the first probe.
+    one GET and one parse of the engine's non-bucket sample lines per interval (a few
+    ms for a vLLM server, bounded by ``prometheus.MAX_SAMPLE_BYTES`` for any), so it
+    takes little from the client's own timing. ``start()`` returns after the first probe.
     """
 
     def __init__(

@@ -184,3 +184,4 @@ class LoopWatch:
         while True:
             await asyncio.sleep(self.period_s)
             self.looks.append(time.perf_counter_ns())
+

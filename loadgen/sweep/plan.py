@@ -1,11 +1,10 @@
-"""Sweep planning: a sweep's shape (``SweepPlan``), its load-point lists, and the names to import.
+"""Sweep planning: a sweep's shape (``SweepPlan``) and its load-point lists (``parse_list``).
 
 A sweep is a fixed list of load points (rates or concurrencies, parsed by ``parse_list``) or
 an automatic search; ``SweepPlan`` holds either, with the timing of each point, and says
 before anything is sent how long the sweep can take. The search itself (ramp, spread,
-bisect; ``next_step``) is in ``sweep_search.py`` and the SLO attainment statistics in
-``attainment.py``; their public names are re-exported here. Nothing here sends or reads a
-clock (the runner is ``sweeper.py``).
+bisect; ``next_step``) is in ``sweep.search`` and the SLO attainment statistics in
+``analysis.attainment``. Nothing here sends or reads a clock (``sweep.run`` sends the points).
 """
 
 from __future__ import annotations

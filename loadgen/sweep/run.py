@@ -1,10 +1,10 @@
 """Run a sweep: bring the target up once, send each load point, keep one run folder.
 
-Each point is a ``runner.run_engine`` call with its own arrival, a warm-up, a
+Each point is a ``client.run.run_point`` call with its own arrival, a warm-up, a
 measurement window and a bounded drain; its records go to
 ``records-pNNN.arrows`` (the ``point`` column says which) and are compacted
-with the others into one ``records.parquet``. Between points the planner
-(``loadgen.sweep``) sees only the point's Summary, so the search is replayable.
+with the others into one ``records.parquet``. Between points the search
+(``search.next_step``) sees only the point's Observation, so it is replayable.
 Prompts carry a per-point salt by default, so prefix-cache state cannot carry
 from one point into the next (ENDPOINTS.md, "where tools measure wrong" 9).
 """
@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from loadgen.analysis.metrics import SLO, Summary, summarize
-from loadgen.analysis.points import point_window, slo_to_json
+from loadgen.analysis.points import PointJson, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
 from loadgen.analysis.validity import compact_warnings, validity_warnings
 from loadgen.client.endpoint import endpoint_label
@@ -170,50 +170,19 @@ def run_sweep(
     ``make_workload(salt)`` builds the workload for one point; run.json is
     rewritten after every point, so an interrupted sweep is still a valid run folder.
     """
-    probe = make_workload(point_salt(settings, 0))
-    if probe.offsets_ns() is not None:
-        raise ConfigError(
-            "a trace workload fixes its own arrival times, so it cannot be swept; "
-            "use loadgen run (with the trace's time scaling) instead"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.glob("records*.arrows")) or (out / "records.parquet").exists():
-        raise ConfigError(f"--out {out}: already holds records; choose an empty folder")
+    _check_sweepable(make_workload(point_salt(settings, 0)), out)
     run_id = new_run_id()
     flags = sim_flags or []
     with target(settings.base.endpoint, flags) as (url, is_sim):
         model = settings.base.model or asyncio.run(discover_model(url, api_key))
         meta = _meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags)
         write_json(out / "run.json", meta)
-        result = SweepResult(out, run_id, [])
-        history: list[tuple[Step, Observation]] = []
+        to = _Target(url, model, out, run_id, api_key, on_engine)
         try:
             with scraping_server_metrics(settings.base, url, out, meta):
-                while (step := _steps(settings, history)) is not None:
-                    k = len(history)
-                    point = _run_point(
-                        settings,
-                        step,
-                        k,
-                        make_workload(point_salt(settings, k)),
-                        url,
-                        model,
-                        out,
-                        run_id,
-                        api_key,
-                        on_engine,
-                    )
-                    history.append((step, point.observation))
-                    result.points.append(point)
-                    meta["points"].append(_point_json(settings, step, k, point))
-                    write_json(out / "run.json", meta)
-                    if on_point:
-                        on_point(point)
-                    if point.client.get("interrupted"):
-                        result.interrupted = True
-                        break
+                result = _send_points(settings, make_workload, to, meta, on_point)
             if settings.plan.mode == "auto":
-                meta["sweep"]["search_end"] = search_end(settings.plan.auto, history)
+                meta["sweep"]["search_end"] = search_end(settings.plan.auto, _history(result))
             if is_sim:
                 meta["simulator"].update(asyncio.run(simulator_health(url)))
         finally:
@@ -223,22 +192,66 @@ def run_sweep(
     return result
 
 
-def _run_point(
+def _check_sweepable(probe: Workload, out: Path) -> None:
+    """Refuse, before anything is sent, a trace workload (it fixes its own times) or a used folder."""
+    if probe.offsets_ns() is not None:
+        raise ConfigError(
+            "a trace workload fixes its own arrival times, so it cannot be swept; "
+            "use loadgen run (with the trace's time scaling) instead"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.glob("records*.arrows")) or (out / "records.parquet").exists():
+        raise ConfigError(f"--out {out}: already holds records; choose an empty folder")
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where every point of one sweep is sent and recorded."""
+
+    url: str
+    model: str
+    out: Path
+    run_id: str
+    api_key: str | None
+    on_engine: Callable[[Engine], None] | None
+
+
+def _history(result: SweepResult) -> list[tuple[Step, Observation]]:
+    """What the search has seen: each sent step and its observation."""
+    return [(p.step, p.observation) for p in result.points]
+
+
+def _send_points(
     settings: SweepSettings,
-    step: Step,
-    k: int,
-    workload: Workload,
-    url: str,
-    model: str,
-    out: Path,
-    run_id: str,
-    api_key: str | None,
-    on_engine: Callable[[Engine], None] | None,
-) -> PointResult:
+    make_workload: Callable[[str], Workload],
+    to: _Target,
+    meta: dict[str, Any],
+    on_point: Callable[[PointResult], None] | None,
+) -> SweepResult:
+    """Send the next step until the plan or the search has none (or the user interrupts)."""
+    result = SweepResult(to.out, to.run_id, [])
+    while (step := _steps(settings, _history(result))) is not None:
+        k = len(result.points)
+        point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), to)
+        result.points.append(point)
+        meta["points"].append(_point_json(settings, step, k, point))
+        write_json(to.out / "run.json", meta)
+        if on_point:
+            on_point(point)
+        if point.client.get("interrupted"):
+            result.interrupted = True
+            break
+    return result
+
+
+def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, to: _Target) -> PointResult:
+    """Send one point, then summarise its records as the search and the live view see them."""
     ps = _point_settings(settings, step, k)
     stem = f"records-p{k:03d}"
-    client = run_point(ps, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine, stem=stem)
-    streams = sorted(out.glob(f"{stem}*.arrows"))  # one per worker process
+    client = run_point(
+        ps, workload, to.url, to.model, to.out, to.run_id, api_key=to.api_key, on_engine=to.on_engine, stem=stem
+    )
+    streams = sorted(to.out.glob(f"{stem}*.arrows"))  # one per worker process
     table = pa.concat_tables([read_stream(p) for p in streams]) if streams else SCHEMA.empty_table()
     window, problem = point_window(table, ps.warmup_s)
     summary = summarize(table, window, settings.slo)
@@ -251,7 +264,7 @@ def _run_point(
     return PointResult(k, step, summary, obs, client, warns)
 
 
-def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult) -> dict[str, Any]:
+def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult) -> PointJson:
     return {
         "index": k,
         **step.to_json(),

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from loadgen.analysis.attainment import samples_to_confirm
+from loadgen.analysis.points import PointJson
 from loadgen.analysis.saturation import KEEP_UP, MIN_GAIN, Observation, first_saturated
 from loadgen.errors import ConfigError
 from loadgen.schedule import Arrival
@@ -96,7 +96,8 @@ class Step:
     def rate(self) -> float:
         return float(self.arrival.rate) if self.arrival.rate is not None else math.nan
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PointJson:
+        """The step's part of its run.json point entry."""
         return {
             "phase": self.phase,
             "why": self.why,

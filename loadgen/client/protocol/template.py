@@ -9,10 +9,12 @@ text (no quote, backslash or control character, valid UTF-8) then is, provably,
 that same chunk with other content. Many such events in one read (a server writing
 back to back, a client catching up) are proven together rather than one by one.
 
-One template, seen two ways: as the parser hands an event on (its ``data``), and as
-a read that is nothing but whole events (``data: `` + data + blank line), so the
+One template, seen two ways, each a ``Fit``: as the parser hands an event on (its
+``data``), and as a read of whole events (``data: `` + data + blank line), so the
 usual read, one event, is counted without running the SSE parser at all. Both views
-are a ``Fit``, and one check tells whether an event fits (``StreamTally._fits``).
+are needed for speed: without the read view a one-event read costs ~80% more, and
+without the payload view reads cut inside events (TCP segments, a client catching
+up) lose the template altogether.
 
 Pure functions of bytes; ``StreamTally`` (tally.py) keeps the learned template and
 the counts.
@@ -39,17 +41,19 @@ _cut = cast(Callable[[bytes, slice], bytes], getitem)
 class Fit:
     """Where an event's string body lies: after ``pre`` and before ``suf``.
 
-    An event fits when it is at least ``least`` long (so the two cannot overlap),
-    starts with ``pre`` and ends with ``suf``; its body is ``event[lo:-hi]``.
+    The fit test: an event fits when it is at least ``least`` long (so the two
+    cannot overlap), starts with ``pre`` and ends with ``suf``; its body is then
+    ``event[cut]``. ``StreamTally`` runs the test inline, once on reads and once on
+    payloads, because a call would cost ~5% of the commonest read (measured).
 
     A slotted class, not a NamedTuple: the hot path reads these fields for every
-    event, and in CPython 3.11 a slot read is specialised while a NamedTuple field
-    read or unpack is not (measured: ~400 more instructions per event). ``least``
-    and ``two`` are stored because ints above 256 are not cached, so computing them
-    per event would allocate.
+    event, and CPython 3.11 specialises a slot read but not a NamedTuple field read
+    or unpack (measured: ~400 more instructions per event). ``least`` and ``two``
+    are stored because ints above 256 are not cached: computing them per event
+    would allocate.
     """
 
-    __slots__ = ("pre", "suf", "lo", "hi", "least", "two")
+    __slots__ = ("pre", "suf", "lo", "hi", "least", "two", "cut")
 
     def __init__(self, pre: bytes, suf: bytes) -> None:
         self.pre = pre
@@ -58,16 +62,28 @@ class Fit:
         self.hi = len(suf)
         self.least = self.lo + self.hi
         self.two = 2 * self.least  # a read shorter than this holds at most one event
+        self.cut = slice(self.lo, -self.hi)  # the body (a suffix is never empty: it starts at a quote)
 
     def __repr__(self) -> str:
         return f"Fit(pre={self.pre!r}, suf={self.suf!r})"
 
 
-class Template(NamedTuple):
-    """A learned content chunk, as a payload and as a read holding just that event."""
+class Template:
+    """A learned content chunk, seen as the parser hands it on and as a read.
 
-    payload: Fit  # an event's data, as the parser hands it on
-    framed: Fit | None  # "data: " + payload + "\n\n"; None if the payload holds a line end: only the parser frames it
+    ``payload`` fits an event's data. ``framed`` fits a read holding just that event
+    (``data: `` + data + blank line), and ``between`` is what lies between two such
+    events in one read (suffix, framing, prefix); both are None when the payload's
+    prefix or suffix holds a line end, as only the parser can frame such an event.
+    Slotted for the reason ``Fit`` is.
+    """
+
+    __slots__ = ("payload", "framed", "between")
+
+    def __init__(self, payload: Fit, one_line: bool) -> None:
+        self.payload = payload
+        self.framed = Fit(b"data: " + payload.pre, payload.suf + b"\n\n") if one_line else None
+        self.between = payload.suf + _FRAMING + payload.pre if one_line else None
 
 
 class Learned(NamedTuple):
@@ -120,10 +136,8 @@ def learn(payload: bytes, obj: dict[str, Any], chat: bool) -> Learned:
             return _NO_FIT
     except orjson.JSONDecodeError:
         return _NO_FIT
-    fit = Fit(pre, suf)
-    if 10 in pre or 13 in pre or 10 in suf or 13 in suf:
-        return Learned(Template(fit, None), True)
-    return Learned(Template(fit, Fit(b"data: " + pre, suf + b"\n\n")), True)
+    one_line = not (10 in pre or 13 in pre or 10 in suf or 13 in suf)
+    return Learned(Template(Fit(pre, suf), one_line), True)
 
 
 def _content(obj: dict[str, Any], chat: bool) -> tuple[dict[str, Any], str] | None:
@@ -177,24 +191,25 @@ def plain_all(bodies: list[bytes]) -> str | None:
     return "".join(texts)
 
 
-def read_bodies(data: bytes, framed: Fit) -> list[bytes] | None:
-    """The string bodies of a read that starts and ends as ``framed`` does, if it is
-    nothing but whole template events; else None.
+def read_bodies(data: bytes, tpl: Template) -> list[bytes] | None:
+    """The string bodies of a read that starts and ends as ``tpl.framed`` does, if
+    it is nothing but whole template events; else None.
 
     Split at the framing between events, the read is such when every framing lies
-    inside a whole separator (suffix, framing, prefix) and the first and last pieces
-    are long enough for their prefix and suffix not to overlap: each piece is then
-    prefix, body, suffix. (The framing cannot overlap itself, so every framing in a
-    separator is a split; separators are counted without overlap, so an event
-    between two of them is long enough.) One ``count`` of the separator proves it,
-    which is cheaper than testing piece by piece as ``run_bodies`` must. Whether the
-    bodies are plain is the caller's check.
+    inside a whole ``between`` and the first and last pieces are long enough for
+    their prefix and suffix not to overlap: each piece is then prefix, body, suffix.
+    (The framing cannot overlap itself, so every framing inside a ``between`` is a
+    split; ``count`` does not overlap what it counts, so each piece between two of
+    them is long enough.) One ``count`` proves it, which is cheaper than testing
+    piece by piece as ``run_bodies`` must. Whether the bodies are plain is the
+    caller's check.
     """
+    assert tpl.between is not None  # only a one-line template frames reads
+    fit = tpl.payload
     events = data[6:-2].split(_FRAMING)
-    lo, hi = framed.lo - 6, framed.hi - 2  # the payload's prefix and suffix: without "data: " and the blank line
-    if data.count(framed.suf + framed.pre) != len(events) - 1 or min(len(events[0]), len(events[-1])) < lo + hi:
+    if data.count(tpl.between) != len(events) - 1 or min(len(events[0]), len(events[-1])) < fit.least:
         return None
-    return list(map(_cut, events, repeat(slice(lo, -hi))))
+    return list(map(_cut, events, repeat(fit.cut)))
 
 
 def run_bodies(payloads: list[bytes], i: int, fit: Fit) -> Run | None:
@@ -215,4 +230,4 @@ def run_bodies(payloads: list[bytes], i: int, fit: Fit) -> Run | None:
         or min(map(len, run)) < fit.least
     ):
         return None
-    return Run(j, list(map(_cut, run, repeat(slice(fit.lo, -fit.hi)))))
+    return Run(j, list(map(_cut, run, repeat(fit.cut))))

@@ -1,0 +1,70 @@
+"""A stream's final token counts: what was seen per chunk, reconciled with the usage reported.
+
+Apart from the tally (tally.py) because it is a pure function of the tally's
+figures, run once per request, and its rules are a contract of their own: the
+recorded counts decide ITL and TPOT (DESIGN.md), so each rule is pinned by a test.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Reconciled", "reconcile", "spread"]
+
+
+class Reconciled(NamedTuple):
+    """A stream's final token counts: per output chunk, their total, and where they came from."""
+
+    counts: list[int]
+    total: int
+    source: str  # "usage_per_chunk" | "usage" | "chunks" | "none"
+
+
+def reconcile(chunk_tokens: list[int], per_chunk: bool, carry: int, completion_tokens: int | None) -> Reconciled:
+    """Final per-chunk token counts, their total, and where the count came from.
+
+    From the tally: ``chunk_tokens``, the counts observed per output chunk;
+    ``per_chunk``, whether running usage gave them; ``carry``, a usage rise seen
+    after the last output chunk; ``completion_tokens``, the last usage reported.
+
+    Without running usage a chunk's observed count is 1 per output-carrying choice
+    (so 1, unless n > 1). Then:
+
+    - ``usage_per_chunk``: running usage gave counts on output chunks; they are
+      kept as observed (a rise seen after the last output chunk, e.g. on the
+      finish chunk, is added to the last one).
+    - ``usage``: the final ``completion_tokens`` is at least the observed total;
+      each chunk keeps its observed count and the surplus is spread over the
+      chunks by ``spread`` (evenly, deterministically).
+    - ``chunks``: no usage, or a usage below the observed total (an
+      under-reporting server; the caller stores the reported value beside it, so
+      the mismatch stays visible): the observed counts.
+    - no output chunks: ``([], 0, "usage")`` if usage was reported, else
+      ``([], 0, "none")``.
+    """
+    counts = list(chunk_tokens)
+    if not counts:
+        return Reconciled([], 0, "none" if completion_tokens is None else "usage")
+    if per_chunk:
+        counts[-1] += carry
+        return Reconciled(counts, sum(counts), "usage_per_chunk")
+    seen = sum(counts)
+    ct = completion_tokens
+    if ct is not None and ct >= seen:
+        if ct > seen:
+            counts = [c + e for c, e in zip(counts, spread(ct - seen, len(counts)), strict=True)]
+        return Reconciled(counts, ct, "usage")
+    return Reconciled(counts, seen, "chunks")
+
+
+def spread(total: int, n: int) -> list[int]:
+    """Split ``total`` over ``n`` chunks as evenly as integers allow, deterministically.
+
+    Each gets ``total // n``; the remainder ``r`` goes one each to the chunks where
+    ``floor(i * r / n)`` steps up, so extra tokens are spaced evenly through the
+    stream rather than piled at one end (which would bend ITL percentiles).
+    """
+    base, r = divmod(total, n)
+    if not r:
+        return [base] * n
+    return [base + ((i + 1) * r // n - i * r // n) for i in range(n)]

@@ -1,0 +1,207 @@
+"""The engine's scheduling on virtual time, through a scripted transport: no sockets, no real waiting.
+
+Every time here is exact up to the virtual loop's tick (1 us per busy turn of the loop), so
+the tolerances are a few ticks, or a period of the engine's own (its 200 ms housekeeping).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fake_wire import MS, Answer, FakeTransport, Read, at, conversation, plan, run, sse, tail
+
+from loadgen.client.config import Plan, Timeouts
+from loadgen.client.engine import LEAD_NS, Engine
+from loadgen.client.transport import Exchange
+from loadgen.clock import VirtualClock
+from loadgen.workload.base import SyntheticChat
+
+TICKS = 50_000  # 50 us: a request's hold and write take a few dozen turns of the loop
+HOUSEKEEPING = 200 * MS  # EngineConfig.flush_interval_s: how often timeouts are enforced
+
+
+def _by_sched(rec: dict[str, list[Any]]) -> dict[str, np.ndarray]:
+    order = np.argsort(rec["t_sched"])
+    cols = ("t_sched", "t_sent", "t_first", "t_done", "request")
+    return {k: np.asarray(rec[k], dtype=np.float64)[order] for k in cols}
+
+
+def test_each_request_is_prepared_early_and_written_at_its_instant(tmp_path: Path) -> None:
+    rec, wire, engine = run(tmp_path, lambda c: FakeTransport(c, Answer.tokens(3)), plan([0, 10, 20, 50, 100]))
+    assert set(rec["status"]) == {"ok"} and engine.fast_path.ok
+    for w in wire.wrote:
+        assert w.at - LEAD_NS <= w.prepared < w.at - LEAD_NS + TICKS  # started a lead ahead ...
+        assert w.at <= w.t < w.at + TICKS  # ... and its bytes held to its instant, never before
+    assert sorted(rec["t_sent"]) == sorted(w.t for w in wire.wrote)
+    r = _by_sched(rec)
+    assert np.diff(r["t_sched"]).tolist() == [10 * MS, 10 * MS, 30 * MS, 50 * MS]  # the plan, untouched
+
+
+def test_a_client_stall_is_in_the_ttft_from_the_intended_time_and_not_in_t_sched(tmp_path: Path) -> None:
+    """The loop is frozen from 190 to 590 ms: every request due meanwhile goes out when it ends,
+    and its lateness counts in TTFT from its intended instant; TTFT from the send stays the
+    endpoint's 50 ms. (Answers that arrived during the stall are stamped when it ends: the
+    client could not read them sooner, and that too is in their TTFT.)"""
+    stall_from, stall_ms = 190 * MS, 400
+
+    def stall(engine: Engine, clock: VirtualClock, start: int) -> None:
+        at(start + stall_from, lambda: clock.advance(stall_ms * MS))
+
+    rec, wire, engine = run(
+        tmp_path, lambda c: FakeTransport(c, Answer.tokens(4)), plan([i * 20.0 for i in range(40)]), during=stall
+    )
+    assert set(rec["status"]) == {"ok"}
+    r = _by_sched(rec)
+    start = r["t_sched"][0]
+    stall_end = start + stall_from + stall_ms * MS
+    hit = (r["t_sched"] > start + stall_from) & (r["t_sched"] < stall_end)
+    assert hit.sum() == 20  # due at 200, 220, ... 580 ms
+    assert (r["t_sent"][hit] >= stall_end).all() and (r["t_sent"][hit] < stall_end + 1 * MS).all()
+    ttft = r["t_first"] - r["t_sched"]
+    ttft_sent = r["t_first"] - r["t_sent"]
+    assert np.allclose(ttft[hit], stall_end - r["t_sched"][hit] + 50 * MS, atol=1 * MS)  # the stall is in it ...
+    assert np.allclose(ttft_sent[hit], 50 * MS, atol=TICKS)  # ... not in what the endpoint took
+    assert (r["t_sent"][~hit] - r["t_sched"][~hit] < TICKS).all()  # the rest on time, 600 ms included
+    assert set(np.diff(r["t_sched"]).tolist()) == {20 * MS}
+    assert engine.live.loop_lag_max_ms >= stall_ms - HOUSEKEEPING / MS
+
+
+def test_a_request_due_during_a_burst_of_reads_is_sent_from_the_read_after_its_instant(tmp_path: Path) -> None:
+    """A decode step's tokens for many streams arrive at once, and reading them keeps the loop
+    busy: here 40 reads of 1 ms each from 60 to 100 ms, during which no timer can run. Requests
+    held for 70 and 80 ms (prepared at 45 and 55) go out from the first read at or after their instants."""
+    burst = [Read(0.0, sse(i), busy_ms=1.0) for i in range(40)]
+    long = Answer(head_ms=50.0, reads=[Read(0.0, sse(0)), Read(10.0, sse(1)), *burst, Read(0.0, tail(42))])
+
+    def answer(ex: Exchange) -> Answer:
+        return long if ex.seq == 0 else Answer.tokens(2)
+
+    rec, wire, _ = run(tmp_path, lambda c: FakeTransport(c, answer), plan([0, 70, 80]))
+    assert set(rec["status"]) == {"ok"}
+    for seq in (1, 2):
+        w = wire.written(seq)
+        assert w.at <= w.t < w.at + 1 * MS, (w.t - w.at) / MS  # from a read: within one read's work
+    assert wire.written(0).t + 100 * MS > wire.written(2).t  # the burst was still going on then
+
+
+@pytest.mark.parametrize(
+    "answer,timeouts,why,after_ms",
+    [
+        (Answer(head_ms=60_000.0), Timeouts(first_byte=1.0), "no data before the first-byte timeout", 1000),
+        (
+            Answer(head_ms=50.0, reads=[Read(0.0, sse(0)), Read(5_000.0, sse(1))]),
+            Timeouts(idle=1.0),
+            "idle timeout between chunks",
+            1050,
+        ),
+        (
+            Answer(head_ms=50.0, reads=[Read(0.0 if i == 0 else 100.0, sse(i)) for i in range(100)]),
+            Timeouts(total=2.0),
+            "total timeout",
+            2000,
+        ),
+    ],
+)
+def test_timeouts_end_a_request_as_a_timeout_record(
+    tmp_path: Path, answer: Answer, timeouts: Timeouts, why: str, after_ms: int
+) -> None:
+    """Timeouts run from the request's instant and are enforced by the engine's housekeeping,
+    so a request ends within one housekeeping period after its limit."""
+    rec, _, _ = run(tmp_path, lambda c: FakeTransport(c, answer), plan([0.0]), timeouts=timeouts)
+    assert rec["status"] == ["timeout"] and rec["error"] == [why]
+    took = rec["t_done"][0] - rec["t_sched"][0]
+    assert after_ms * MS <= took <= after_ms * MS + HOUSEKEEPING + TICKS
+    assert len(rec["chunk_ns"][0]) == {1000: 0, 1050: 1, 2000: 20}[after_ms]  # what came before is kept
+
+
+def test_a_stop_gives_requests_in_flight_the_grace_and_sends_nothing_new(tmp_path: Path) -> None:
+    short, long = Answer.tokens(5, itl_ms=100.0), Answer.tokens(20, itl_ms=100.0)
+
+    def stop_at_500(engine: Engine, clock: VirtualClock, start: int) -> None:
+        at(start + 500 * MS, engine.stop)
+
+    rec, wire, _ = run(
+        tmp_path,
+        lambda c: FakeTransport(c, lambda ex: short if ex.seq == 0 else long),
+        plan([300, 400, 800]),
+        grace_s=0.5,
+        during=stop_at_500,
+    )
+    assert rec["request"] == [0, 1]  # one record each for what was sent; the 800 ms session never was
+    assert [w.seq for w in wire.wrote] == [0, 1]
+    assert rec["status"] == ["ok", "cancelled"]  # ended inside the grace; cut off at its end
+    assert rec["error"][1] == "run stopped before the answer ended"
+    start = rec["t_sched"][0] - 300 * MS
+    assert start + 1000 * MS <= rec["t_done"][1] < start + 1000 * MS + TICKS
+    assert len(rec["chunk_ns"][1]) == 6  # its tokens at 450, 550, ... 950 ms are kept
+
+
+def test_a_request_held_when_the_run_is_stopped_never_goes_out(tmp_path: Path) -> None:
+    def stop_while_held(engine: Engine, clock: VirtualClock, start: int) -> None:
+        at(start + 90 * MS, engine.stop)  # the first prepared at 75 ms, due at 100
+
+    rec, wire, _ = run(
+        tmp_path, lambda c: FakeTransport(c, Answer.tokens(3)), plan([100, 5000]), grace_s=0.0, during=stop_while_held
+    )
+    assert wire.wrote == [] and wire.dropped == [0]
+    assert rec["status"] == ["cancelled"] and rec["t_sent"] == [None]
+
+
+def test_without_the_fast_path_requests_are_prepared_at_their_instant(tmp_path: Path) -> None:
+    rec, wire, engine = run(tmp_path, lambda c: FakeTransport(c, Answer.tokens(3), fast=False), plan([0, 40]))
+    assert not engine.fast_path.ok and engine.fast_path.why == "fake: the slow path"
+    for w in wire.wrote:  # no lead, no hold: the client's own work shows as schedule lag
+        assert w.at <= w.prepared < w.at + TICKS
+        assert w.at + 0.3 * MS <= w.t < w.at + 0.3 * MS + TICKS
+    assert set(rec["status"]) == {"ok"}
+
+
+@pytest.mark.parametrize(
+    "answer,status,error",
+    [
+        (Answer(status=429, error=b'{"error": "slow down"}', retry_after="2"), "http_error", "HTTP 429: "),
+        (Answer(end="disconnect", reads=[Read(0.0, sse(0))]), "disconnected", "ServerDisconnectedError"),
+        (Answer(reads=[Read(0.0, sse(0))]), "disconnected", "stream ended without [DONE]"),
+        (Answer(reads=[Read(0.0, b"hello\n\n")]), "bad_stream", "no SSE events"),
+        (Answer(reads=[Read(0.0, b'data: {"error": {"message": "boom"}}\n\n')]), "http_error", "boom"),
+        (Answer(reads=[Read(0.0, b"data: {not json\n\n")]), "bad_stream", ""),
+    ],
+)
+def test_what_goes_wrong_on_the_wire_becomes_a_record(tmp_path: Path, answer: Answer, status: str, error: str) -> None:
+    rec, _, _ = run(tmp_path, lambda c: FakeTransport(c, answer), plan([0, 10]))
+    assert rec["status"] == [status] * 2
+    assert all(error in e for e in rec["error"]) and all(rec["error"])
+    if answer.status == 429:
+        assert rec["http_status"] == [429, 429] and all("(Retry-After: 2)" in e for e in rec["error"])
+
+
+def test_closed_loop_users_send_when_their_previous_answer_ends(tmp_path: Path) -> None:
+    wl = SyntheticChat(input_tokens=4, output_tokens=3)
+    rec, wire, _ = run(tmp_path, lambda c: FakeTransport(c, Answer.tokens(3)), Plan(wl.session, concurrency=2, count=6))
+    assert rec["status"] == ["ok"] * 6 and sorted(rec["request"]) == list(range(6))
+    assert wire.connections == 2 and wire.most_open == 2
+    done = sorted(rec["t_done"])
+    for t_sched in sorted(rec["t_sched"])[2:]:  # each later request starts as an earlier one ends
+        assert min(abs(t_sched - d) for d in done) < TICKS
+    # nothing to hold: each is written once the client's own work for it is done
+    assert all(0.3 * MS <= s - t < 0.3 * MS + TICKS for s, t in zip(rec["t_sent"], rec["t_sched"], strict=True))
+
+
+def test_reaching_max_inflight_delays_sends_and_is_counted(tmp_path: Path) -> None:
+    rec, wire, engine = run(tmp_path, lambda c: FakeTransport(c, Answer.tokens(6)), plan([0.0] * 5), max_inflight=2)
+    assert set(rec["status"]) == {"ok"}
+    assert wire.connections == 2 and wire.most_open == 2 and engine.live.capped == 3
+    lag = np.sort(np.asarray(rec["t_sent"]) - np.asarray(rec["t_sched"]))
+    assert (lag[:2] < TICKS).all() and (lag[2:] >= 100 * MS).all()  # the capped waited for an answer: lag
+
+
+def test_each_later_turn_is_scheduled_after_the_previous_answer_and_its_think_time(tmp_path: Path) -> None:
+    rec, wire, _ = run(tmp_path, lambda c: FakeTransport(c, Answer.tokens(3)), conversation(3, think_ms=200.0))
+    assert rec["status"] == ["ok"] * 3 and rec["turn"] == [0, 1, 2]
+    for k in (1, 2):
+        assert rec["t_sched"][k] == rec["t_done"][k - 1] + 200 * MS
+    for w in wire.wrote:  # later turns too are started early and held to their instant
+        assert w.at - LEAD_NS <= w.prepared < w.at - LEAD_NS + TICKS and w.at <= w.t < w.at + TICKS
