@@ -206,7 +206,7 @@ def _run_case(case: Case, url: str, files: Path, out: Path) -> Result:
             text=True,
             env={**env, **case.env},
             cwd=files.parent,  # a default run folder (runs/...) would land here
-            timeout=30,
+            timeout=120,  # generous: a loaded box; a case that went on to send or serve fails here
             check=False,
         )
     except subprocess.TimeoutExpired as e:  # it went on to send (or serve): the case fails, the others run

@@ -74,8 +74,8 @@ _ENGINE_PREFIXES = tuple(_PREFIXES.values())
 
 def parse_engine_metrics(text: str, limit: int = MAX_NAMES) -> dict[str, float]:
     """Engine-prefixed samples summed over label sets (``name -> value``), at most ``limit``
-    names; buckets and non-finite values are left out. Untrusted input: raises
-    ``PrometheusTextError`` (a ``ValueError``) for a body that is not Prometheus text."""
+    names; buckets and values not finite or absurd are left out. Untrusted input: raises
+    ``PrometheusTextError`` (a ``ValueError``) for text that is not Prometheus's, or too much."""
     return parse_samples(text, _ENGINE_PREFIXES, limit)
 
 
