@@ -19,7 +19,6 @@ from loadgen.errors import ConfigError
 
 __all__ = [
     "KINDS",
-    "OPEN_KINDS",
     "Arrival",
     "ScheduleError",
     "parse_arrival",
@@ -28,7 +27,6 @@ __all__ = [
 ]
 
 KINDS = ("constant", "poisson", "gamma", "closed")
-OPEN_KINDS = ("constant", "poisson", "gamma")
 
 # Mixed into the user's seed so the schedule's random stream is independent of
 # the workload's, even though both are keyed by the same --seed.

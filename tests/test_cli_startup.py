@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.cli.main import build_parser
 
-HEAVY = ("scipy", "matplotlib", "aiohttp", "pyarrow", "numpy")
+HEAVY = ("scipy", "matplotlib", "aiohttp", "pyarrow", "numpy", "prometheus_client")
 
 SNIPPET = """
 import runpy, sys

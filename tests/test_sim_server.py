@@ -294,3 +294,19 @@ def test_a_model_that_is_behind_coalesces_writes_and_loses_nothing(tmp_path):
     assert len(w) == 60 and w == sorted(w)
     assert len(set(w)) < 60  # several tokens per write while it caught up
     assert model.stats()["late_steps_total"] >= 2
+
+
+def test_metrics_escape_a_model_name_that_would_break_the_label() -> None:
+    """A served model name with a quote, backslash or newline still gives parseable /metrics."""
+    from loadgen.client.prometheus import fetch_metrics
+
+    async def go() -> dict[str, float] | None:
+        sim = SimServer(FixedModel(), SimConfig(model_name='odd "name"\\ with\nnewline'))
+        url = await sim.start("127.0.0.1", 0)
+        try:
+            return await fetch_metrics(url.removesuffix("/v1") + "/metrics")
+        finally:
+            await sim.stop()
+
+    samples = asyncio.run(go())
+    assert samples is not None and samples

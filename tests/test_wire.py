@@ -431,3 +431,13 @@ def test_an_error_answer_is_not_hooked_and_reads_as_usual() -> None:
         return bytes(await content.read(4096))
 
     assert asyncio.run(go()) == b'{"error": "overloaded"}'
+
+
+def test_an_answer_with_no_body_is_not_hooked() -> None:
+    async def go() -> bool:
+        handler = _handler([1])
+        handler.data_received(b"HTTP/1.1 204 No Content\r\n\r\n")
+        _, content = await handler.read()
+        return wire.answer_arrived(content) is None and handler.lg_body is None
+
+    assert asyncio.run(go())

@@ -172,8 +172,10 @@ def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
 
 
 def _at_most(values: list[float], limit: float, flag: str) -> None:
-    if max(values) > limit:
-        raise ConfigError(f"{flag}: {max(values):g} is above the limit of {limit:,.0f}")
+    top = max(values)
+    if top > limit:
+        shown = f"{int(top):,}" if top.is_integer() and top < 1e18 else f"{top:g}"
+        raise ConfigError(f"{flag}: {shown} is above the limit of {limit:,.0f}")
 
 
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:

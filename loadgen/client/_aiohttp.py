@@ -8,22 +8,29 @@ to a callback from inside the protocol's ``data_received``, each stamped as the 
 delivers it, and the task wakes once, at the end of the body. And a request prepared
 early is written into a stand-in transport and its bytes held until its instant.
 
-The internals, each used only in this module (aiohttp 3.11 to 3.14 have them all; see
-pyproject.toml for the pinned range; ``fast_path`` checks them at the start of every run):
+The internals, each used only in this module. ``fast_path`` checks them all at the start of
+every run; every one is in aiohttp 3.11.0 to 3.14.5 (the pinned range, pyproject.toml: the
+tests pass on 3.11.0, 3.11.18, 3.12.15, 3.13.5 and 3.14.5):
 
-- ``TCPConnector._factory``: the protocol factory the connector opens connections with;
-  replaced by one making ``StampingHandler`` (aiohttp's ``ResponseHandler``, subclassed).
-- ``ResponseHandler.feed_data((message, payload), size)``: the protocol hands itself each
-  parsed response head with its body reader; overridden to stamp the head and hook the body.
-- ``StreamReader`` (the body reader, ``__slots__`` layout): its ``__class__`` is swapped for
-  ``_Hooked`` (same layout, no new slots) for the life of one body, so ``feed_data`` and the
-  per-HTTP-chunk ``begin/end_http_chunk_receiving`` calls come to us; ``_protocol`` leads a
-  hooked reader to its connection's state; ``_buffer``, ``_buffer_offset``, ``_size``,
-  ``_cursor``, ``_http_chunk_splits`` are emptied in one go by ``_take_buffered``.
-- ``ClientRequest.send(conn)`` and ``write_bytes(writer, conn, ...)``: overridden (through
-  ``ClientSession(request_class=...)``) to learn whether a connection is reused, and to
-  write an early request into a ``HeldWrite``; ``conn.protocol.transport`` is what aiohttp
-  writes through, swapped for the ``HeldWrite`` while it writes.
+- ``TCPConnector._factory`` (3.9 on): the protocol factory the connector opens connections
+  with; replaced by one making ``StampingHandler`` (aiohttp's ``ResponseHandler``, subclassed),
+  the only way to be in the protocol when an answer's bytes arrive.
+- ``ResponseHandler.feed_data((message, payload), size)`` (3.9 on): where the protocol hands
+  itself each parsed answer head with its body reader; overridden to stamp the head and hook
+  the body before the request's task hears of it.
+- ``StreamReader``, the body reader, with ``__slots__`` (3.11 on; 3.9 and 3.10 keep its state
+  per instance, so there the check fails and the fast path is off): its ``__class__`` is
+  swapped for ``_Hooked`` (the same layout, no new slots) for the life of one body, so its
+  ``feed_data`` and the per-HTTP-chunk ``begin/end_http_chunk_receiving`` calls come to us
+  (the plain ones buffer each read and wake the task per chunk); ``_protocol`` leads a hooked
+  reader to its connection's state (a reader takes no new attributes); ``_buffer``,
+  ``_buffer_offset``, ``_size``, ``_cursor``, ``_http_chunk_splits`` are emptied in one go by
+  ``_take_buffered`` (``read_nowait`` goes chunk by chunk, with flow control per chunk).
+- ``ClientRequest.send(conn)`` and ``write_bytes(writer, conn, ...)`` (3.9 on; 3.12 added a
+  third argument, passed through): overridden, through ``ClientSession(request_class=...)``,
+  to learn whether a connection is a reused keep-alive one and when a request's bytes go out,
+  and to write a request prepared early into a ``HeldWrite``; ``conn.protocol.transport``,
+  what aiohttp writes through, is swapped for the ``HeldWrite`` while it writes.
 
 Where any of them is missing or behaves otherwise, ``fast_path`` says why and the run goes
 the plain way (``readany``, ``ClientRequest``, tracing for connection reuse) with
@@ -64,11 +71,8 @@ class _Read(NamedTuple):
 
 
 class _Body:
-    """A 200 answer's body hooked by its protocol when its head arrived.
-
-    Until ``read_body`` takes it, reads are kept with their arrival times (``early``): what came
-    with the head, or before the request's task ran again (a burst of reads can hold it off).
-    """
+    """A 200 answer's body, hooked when its head arrived. Until ``read_body`` takes it, reads are
+    kept with their arrival times (``early``): a burst of reads can hold the request's task off."""
 
     __slots__ = ("content", "t_headers", "clock", "holds", "on_read", "early", "reading")
 
@@ -117,8 +121,7 @@ class _Hooked(StreamReader):
 
 
 def _take_buffered(content: StreamReader) -> bytes:
-    """Everything the reader holds, in one piece (``read_nowait`` goes chunk by chunk, with a
-    flow-control call for each: most of the cost of a short answer that arrived all at once)."""
+    """Everything the reader holds, in one piece (the cost of a short answer that came all at once)."""
     buf = content._buffer
     if not buf:
         return b""
@@ -136,10 +139,8 @@ def _take_buffered(content: StreamReader) -> bytes:
 
 
 class StampingHandler(ResponseHandler):
-    """aiohttp's protocol, stamping a 200 answer when its head arrives and hooking its body
-    right then, so every read keeps the time it arrived. One body at a time per connection
-    (HTTP/1.1); the engine hands each to ``read_body`` or ``release``. Its own attributes
-    are prefixed ``lg_`` so that they never meet aiohttp's."""
+    """aiohttp's protocol, stamping a 200 answer's head as it arrives and hooking its body then,
+    one body at a time (HTTP/1.1), each handed to ``read_body`` or ``release``; ``lg_`` marks its own."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock, holds: Holds) -> None:
         super().__init__(loop)
@@ -169,6 +170,8 @@ class StampingHandler(ResponseHandler):
 
 
 def _body_of(content: StreamReader) -> _Body | None:
+    if type(content) is not StreamReader and type(content) is not _Hooked:  # a 204's has no protocol
+        return None
     proto = content._protocol
     body = proto.lg_body if isinstance(proto, StampingHandler) else None
     return body if body is not None and body.content is content else None
@@ -190,11 +193,9 @@ def release(content: StreamReader) -> None:
 async def read_body(content: StreamReader, on_read: OnRead, clock: Clock) -> None:
     """Pass every read of ``content`` to ``on_read``, with the time it arrived, until the body ends.
 
-    ``on_read`` runs inside the event loop's I/O callback: it must be quick and must not
-    await. Reads that came before this call keep their own times when the protocol was a
-    ``StampingHandler``; without one, reads are stamped when this task gets them. An
-    exception ``on_read`` raises ends the body and is raised here; a connection lost
-    mid-body raises aiohttp's payload error here.
+    ``on_read`` runs inside the loop's I/O callback: quick, never awaiting. Reads before this call
+    keep their times when the protocol is a ``StampingHandler``; else each is stamped when this
+    task gets it. What ``on_read`` raises, or a connection lost mid-body, is raised here.
     """
     body = _body_of(content)
     if body is None:

@@ -67,8 +67,6 @@ class AiohttpTransport:
     async def exchange(self, ex: Exchange, on_read: OnRead) -> None:
         call = self._calls[ex.seq] = Call(ex)
         try:
-            if not self._fast:
-                ex.t_sent = self._clock()  # the plain way: as it is handed to aiohttp
             async with await self._post(call) as resp:
                 ex.t_headers = answer_arrived(resp.content) or self._clock()
                 ex.status, ex.content_type = resp.status, resp.content_type
@@ -101,13 +99,14 @@ class AiohttpTransport:
         ex = call.ex
         for _ in range(_STALE_RETRIES):
             call.reused = False
+            if not self._fast:
+                ex.t_sent = self._clock()  # the plain way: as it is handed to aiohttp
             try:
                 return await self._http.post(self._url, data=ex.body, headers=ex.headers, trace_request_ctx=call)
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
                 if not call.reused:
                     raise
-        call.reused = False
-        return await self._http.post(self._url, data=ex.body, headers=ex.headers, trace_request_ctx=call)
+        raise aiohttp.ClientOSError(f"{_STALE_RETRIES} pooled connections in a row were closed under the request")
 
 
 def _reuse_tracing() -> aiohttp.TraceConfig:

@@ -76,8 +76,12 @@ class Engine:
         self.cfg = config
         self.writer = writer
         self.clock = clock
-        self.transport: Transport = transport or AiohttpTransport(
-            config.url + config.path, connect_timeout_s=config.timeouts.connect, read_bufsize=config.read_bufsize
+        self.transport: Transport = (
+            transport
+            if transport is not None
+            else AiohttpTransport(
+                config.url + config.path, connect_timeout_s=config.timeouts.connect, read_bufsize=config.read_bufsize
+            )
         )
         self.live = LiveCounters()
         self.fast_path = FastPath(False, "the run has not started")  # what the transport said at the start

@@ -45,7 +45,7 @@ __all__ = [
 
 MAX_BYTES = 4 * 1024 * 1024  # a /metrics body; vLLM with many models/LoRAs stays far below this
 MAX_LINE = 4096  # a sample line; vLLM's longest (cache_config_info) is ~500 characters
-MAX_SAMPLE_BYTES = 512 * 1024  # sample lines parsed per body: ~1 s of parsing at worst; a vLLM's are ~10 KiB
+MAX_SAMPLE_BYTES = 256 * 1024  # sample lines parsed per body: ~0.5 s of parsing at worst; a vLLM's are ~10 KiB
 MAX_NAMES = 512  # distinct names kept per body; bounds a row whatever the server exports
 MAX_ABS = 2.0**53  # past this a float no longer counts by ones: no count, gauge or time we read gets there
 _CHUNK = 64 * 1024  # read size

@@ -184,4 +184,3 @@ class LoopWatch:
         while True:
             await asyncio.sleep(self.period_s)
             self.looks.append(time.perf_counter_ns())
-

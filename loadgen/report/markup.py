@@ -5,8 +5,7 @@ file://: the CSS is inlined, there is no script, and a Content-Security-Policy
 forbids fetching anything. ``esc`` is the one escape every string from the
 endpoint or the user passes through; ``fmt`` / ``fmt_ci`` write numbers the same
 way in every table. Kept apart from ``html`` (the run report's sections) because
-the comparison page (``compare_html``) is built from the same blocks; every name
-is importable from ``html`` too.
+the comparison page (``compare``) is built from the same blocks.
 """
 
 from __future__ import annotations

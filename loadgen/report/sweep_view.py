@@ -19,7 +19,7 @@ from rich.text import Text
 from loadgen.analysis.metrics import SLO, Summary, summary_to_json
 from loadgen.analysis.pareto import cost_per_million, per_gpu
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run, slo_to_json
-from loadgen.analysis.stats import json_number
+from loadgen.analysis.stats import Dist, json_number
 from loadgen.records import write_json
 from loadgen.report.html import write_report
 from loadgen.report.markup import fmt
@@ -44,7 +44,7 @@ def point_columns(gpus: float | None, prices: dict[str, float], slo: SLO | None)
     return cols
 
 
-def _p(d: Any, p: float) -> str:
+def _p(d: Dist, p: float) -> str:
     return fmt(d.pct(p)[0]) if d.n else "-"
 
 

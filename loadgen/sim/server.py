@@ -115,7 +115,8 @@ class SimServer:
         return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": self.config.max_model_len})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        label = f'{{model_name="{self.config.model_name}"}}'
+        name = self.config.model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        label = f'{{model_name="{name}"}}'  # label values escaped as the text format requires
         lines = []
         for key, value in self.model.stats().items():
             kind = "counter" if key.endswith("_total") else "gauge"

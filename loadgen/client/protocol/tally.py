@@ -113,8 +113,8 @@ class StreamTally:
         if framed is not None and self._parser.idle:  # the read starts at an event: it may be whole ones
             n = len(data)
             if n < framed.two:  # room for one event only: the usual read
-                # The fit test (template.Fit) inlined, as in _take: this is the read of
-                # nearly every token, and a call would cost ~5% of it (measured).
+                # The fit test (template.Fit) inlined, as in _by_template: this is the
+                # read of nearly every token, and a call would cost ~5% of it (measured).
                 if n >= framed.least and data.startswith(framed.pre) and data.endswith(framed.suf):
                     text = plain(data[framed.lo : n - framed.hi])
                     if text is not None:
@@ -142,39 +142,6 @@ class StreamTally:
             if t_ns is None:
                 t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
             self._take(payloads, t_ns)
-
-    def _take(self, payloads: list[bytes], t_ns: int) -> None:
-        """Interpret the events the parser completed in one read: template events from
-        their bytes (a long run of them in one go), the others by ``_decode``."""
-        self.events += len(payloads)
-        i, n = 0, len(payloads)
-        bulk = n >= BULK
-        while i < n and not self.done:  # anything after [DONE] is not part of the answer
-            tpl = self._tpl
-            if tpl is None:
-                i = self._decode(payloads, i, t_ns)
-                continue
-            fit = tpl.payload
-            if bulk:
-                bulk = False  # one try per read: a run that fails goes event by event
-                j = self._run(payloads, i, fit, t_ns)
-                if j > i:
-                    i = j
-                    continue
-            # The fit test inlined, as in feed (a call would cost ~5% of these reads).
-            payload = payloads[i]
-            m = len(payload)
-            if m >= fit.least and payload.startswith(fit.pre) and payload.endswith(fit.suf):
-                text = plain(payload[fit.lo : m - fit.hi])
-                if text is not None:
-                    i += 1
-                    if text:
-                        self.chunk_ns.append(t_ns)
-                        self.chunk_tokens.append(1)
-                        if self.keep_text:
-                            self._parts.append(text)
-                    continue
-            i = self._decode(payloads, i, t_ns)
 
     def _read_of_events(self, data: bytes, t_ns: int) -> bool:
         """Count a read of nothing but whole template events in one go; False if it is not one."""
@@ -205,28 +172,37 @@ class StreamTally:
                 self._parts.append(text)
         return True
 
-    def _decode(self, payloads: list[bytes], i: int, t_ns: int) -> int:
-        """Interpret events from ``payloads[i]`` by decoding their JSON while there is
-        no template (the next event may fit one, once one is learned), until the read
-        ends or the stream does ([DONE]); the index after the last one decoded.
+    def _take(self, payloads: list[bytes], t_ns: int) -> None:
+        """Interpret the events the parser completed in one read: those that fit the
+        template by ``_by_template``, the others by decoding their JSON here.
 
-        It loops itself, rather than being called per event, so that a stream no
-        template fits pays no call per event (measured: ~3% of the decode path).
+        The decoding stays inline, not a method per event, because a stream that no
+        template fits goes through here for every chunk, and a call per event costs
+        ~3% of that path (measured).
         """
+        self.events += len(payloads)
+        if self.done:
+            return  # anything after [DONE] is not part of the answer
         chat, keep = self._chat, self.keep_text
-        n = len(payloads)
+        i, n = 0, len(payloads)
+        bulk = n >= BULK  # one try per read at counting a run in one go
         while i < n:
+            if self._tpl is not None:
+                i = self._by_template(payloads, i, bulk, t_ns)
+                bulk = False
+                if i == n:
+                    return
             payload = payloads[i]
             i += 1
             if payload == b"[DONE]":  # before the decode: a failed decode costs an exception
                 self._end()
-                return n
+                return
             try:
                 obj = _loads(payload)
             except _JSONDecodeError:
                 if is_done(payload):
                     self._end()
-                    return n
+                    return
                 continue  # an empty event
             # Shape checks cost nothing here: a non-dict where a dict belongs fails on
             # .get or iteration, and the handler turns that into BadStream.
@@ -234,7 +210,7 @@ class StreamTally:
                 choices = obj.get("choices")
                 if not choices or "error" in obj:
                     check_error(obj)
-                k = 0
+                k = 0  # output-carrying choices
                 for ch in choices or ():
                     if chat:
                         delta = ch.get("delta")
@@ -261,9 +237,31 @@ class StreamTally:
                 self.chunk_tokens.append(k)
             elif usage:
                 self._usage(usage, 0, False)
-            if self._tpl is not None:
-                break
-        return i
+
+    def _by_template(self, payloads: list[bytes], i: int, bulk: bool, t_ns: int) -> int:
+        """Count the events from ``payloads[i]`` that fit the template: a run of them in
+        one go if ``bulk`` and there is one, else one by one; the index of the first
+        that does not fit (it must be decoded)."""
+        assert self._tpl is not None
+        fit = self._tpl.payload
+        if bulk:
+            i = self._run(payloads, i, fit, t_ns)
+        n = len(payloads)
+        while i < n:
+            payload = payloads[i]
+            m = len(payload)  # the fit test, inlined as in feed
+            if m < fit.least or not payload.startswith(fit.pre) or not payload.endswith(fit.suf):
+                return i
+            text = plain(payload[fit.lo : m - fit.hi])
+            if text is None:
+                return i
+            if text:
+                self.chunk_ns.append(t_ns)
+                self.chunk_tokens.append(1)
+                if self.keep_text:
+                    self._parts.append(text)
+            i += 1
+        return n
 
     def _end(self) -> None:
         """[DONE]: the stream is over, and no later read is counted from its bytes."""
