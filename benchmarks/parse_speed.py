@@ -18,6 +18,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -39,7 +40,7 @@ def chat_stream(tokens: int = 128) -> list[bytes]:
         "system_fingerprint": "fp_44709d6fcb",
     }
 
-    def chunk(delta: dict, finish: str | None = None, choices: bool = True) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, choices: bool = True) -> bytes:
         body = dict(head)
         body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if choices else []
         body["usage"] = None

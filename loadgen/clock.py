@@ -92,6 +92,11 @@ def new_loop() -> asyncio.AbstractEventLoop:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on the chosen loop."""
+    try:
+        loop_name()  # a bad LOADGEN_LOOP raises here, before the coroutine is lost unawaited
+    except LoopError:
+        coro.close()
+        raise
     if sys.version_info >= (3, 11):
         with asyncio.Runner(loop_factory=new_loop) as runner:
             return runner.run(coro)

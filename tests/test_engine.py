@@ -111,7 +111,7 @@ async def _gate(n: int, seen: dict[str, int]) -> AsyncIterator[str]:
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -182,7 +182,7 @@ def sse_streams(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=sse_streams(), data=st.data())
-def test_any_split_gives_the_same_payloads(case: tuple[bytes, list[bytes]], data: st.DataObject):
+def test_any_split_gives_the_same_payloads(case: tuple[bytes, list[bytes]], data: st.DataObject) -> None:
     stream, expected = case
     assert parse_whole(stream) == expected
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))

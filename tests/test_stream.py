@@ -7,32 +7,12 @@ output (and so start TTFT and count for ITL), their arrival times, and token cou
 
 from __future__ import annotations
 
-import json
-
-import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from chunks import Json, sse, tally_of, usage_chunk, vllm_chunk
 
 from loadgen.client.protocol.chunk_errors import StreamError
 from loadgen.client.protocol.sse import BadStream, SSEError
 from loadgen.client.protocol.tally import StreamTally
-from loadgen.client.protocol.token_counts import spread
-
-
-def sse(*events: bytes | dict) -> list[bytes]:
-    """One ``data:`` event per item (dicts are JSON-encoded), as separate reads."""
-    return [b"data: " + (orjson.dumps(e) if isinstance(e, dict) else e) + b"\n\n" for e in events]
-
-
-def tally_of(api: str, reads: list[bytes], keep_text: bool = False, **kw: int) -> StreamTally:
-    """Feed each read at t = 1000 * (its index + 1), then close."""
-    t = StreamTally(api, keep_text=keep_text, **kw)
-    for i, data in enumerate(reads):
-        t.feed(data, 1000 * (i + 1))
-    t.close()
-    return t
-
 
 OPENAI_CHAT = (
     b'data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1718000000,'
@@ -99,41 +79,6 @@ LLAMACPP_COMPLETIONS = (
     b'"total_tokens":9},"timings":{"prompt_n":6,"prompt_ms":8.1,"predicted_n":3,"predicted_ms":29.7}}\n\n'
     b"data: [DONE]\n\n"
 )
-
-
-def vllm_chunk(delta: dict, completion_tokens: int | None, finish: str | None = None) -> dict:
-    """A vLLM chat chunk; with a count, running usage as continuous_usage_stats sends."""
-    out: dict = {
-        "id": "chatcmpl-v1",
-        "object": "chat.completion.chunk",
-        "created": 1718000000,
-        "model": "meta-llama/Llama-3.1-8B-Instruct",
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
-    if finish:
-        out["choices"][0]["stop_reason"] = None
-    if completion_tokens is not None:
-        out["usage"] = {
-            "prompt_tokens": 20,
-            "total_tokens": 20 + completion_tokens,
-            "completion_tokens": completion_tokens,
-        }
-    return out
-
-
-def usage_chunk(completion_tokens: int, prompt_tokens: int = 20) -> dict:
-    return {
-        "id": "chatcmpl-v1",
-        "object": "chat.completion.chunk",
-        "created": 1718000000,
-        "model": "m",
-        "choices": [],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens,
-        },
-    }
 
 
 def events_of(stream: bytes) -> list[bytes]:
@@ -235,7 +180,7 @@ def test_vllm_continuous_usage_held_back_tokens_go_to_next_chunk() -> None:
 
 
 def test_completions_running_usage_without_role_chunk() -> None:
-    def chunk(text: str, ct: int) -> dict:
+    def chunk(text: str, ct: int) -> Json:
         return {
             "object": "text_completion",
             "choices": [{"index": 0, "text": text}],
@@ -277,7 +222,7 @@ def test_reasoning_deltas_are_output(field: str) -> None:
 
 
 def test_tool_call_fragments_are_output() -> None:
-    def tc(call: dict) -> dict:
+    def tc(call: Json) -> Json:
         return vllm_chunk({"tool_calls": [call]}, None)
 
     reads = sse(
@@ -332,10 +277,10 @@ def test_stream_without_done_or_final_blank_line() -> None:
     t = StreamTally("chat")
     t.feed(body, 5)
     t.feed(b'{"completion_tokens":1}}', 6)
-    assert t.completion_tokens is None
+    before_close = t.completion_tokens
     t.close(9)
+    assert before_close is None and t.completion_tokens == 1  # the unterminated event counts at the close
     assert not t.done
-    assert t.completion_tokens == 1
     assert t.reconcile() == ([1], 1, "usage")
 
 
@@ -402,7 +347,7 @@ def test_event_over_the_cap_is_an_sse_error() -> None:
         ({"error": {"type": "server_error"}}, '{"type":"server_error"}', "server_error"),
     ],
 )
-def test_in_stream_error_object(obj: dict, message: str, code: object) -> None:
+def test_in_stream_error_object(obj: Json, message: str, code: object) -> None:
     reads = sse(vllm_chunk({"content": "a"}, None), obj)
     with pytest.raises(StreamError) as e:
         tally_of("chat", reads)
@@ -425,220 +370,3 @@ def test_null_error_field_is_not_an_error() -> None:
 def test_unknown_api_is_rejected() -> None:
     with pytest.raises(ValueError, match="api"):
         StreamTally("embeddings")
-
-
-# ---- reconcile ---------------------------------------------------------------------
-
-
-def content(n: int, usage: int | None = None) -> list[bytes]:
-    reads = sse(*[{"choices": [{"index": 0, "delta": {"content": "w"}}], "usage": None} for _ in range(n)])
-    if usage is not None:
-        reads += sse(usage_chunk(usage))
-    return reads + sse(b"[DONE]")
-
-
-@pytest.mark.parametrize(
-    "n, usage, expected",
-    [
-        (3, 3, ([1, 1, 1], 3, "usage")),
-        (3, 7, ([2, 2, 3], 7, "usage")),  # usage spread over multi-token chunks
-        (4, 10, ([2, 3, 2, 3], 10, "usage")),
-        (4, 2, ([1, 1, 1, 1], 4, "chunks")),  # under-reporting server: keep the chunks
-        (3, None, ([1, 1, 1], 3, "chunks")),  # no usage
-        (0, 5, ([], 0, "usage")),
-        (0, None, ([], 0, "none")),
-        (0, 0, ([], 0, "usage")),
-    ],
-)
-def test_reconcile(n: int, usage: int | None, expected: tuple[list[int], int, str]) -> None:
-    t = tally_of("chat", content(n, usage))
-    assert t.reconcile() == expected
-    assert t.completion_tokens == usage  # the reported value stays visible
-
-
-@pytest.mark.parametrize("total, n", [(5, 5), (7, 3), (10, 4), (100, 7), (129, 128), (1, 1), (1000, 3)])
-def test_spread_is_even_and_sums_to_total(total: int, n: int) -> None:
-    counts = spread(total, n)
-    assert len(counts) == n and sum(counts) == total
-    assert max(counts) - min(counts) <= 1
-
-
-# ---- the template fast path is exactly the full path ----------------------------------
-
-ANY_TEXT = st.text(max_size=6)  # any code point: quotes, backslashes, controls, emoji
-PLAIN_TEXT = st.text(alphabet="abc XYZ\u00e9\u4e2d\U0001f600", min_size=1, max_size=6)
-
-
-@st.composite
-def server_streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
-    """Events of a stream in one of several servers' shapes and JSON styles."""
-    api = draw(st.sampled_from(["chat", "completions"]))
-    compact = draw(st.booleans())
-    ascii_only = draw(st.booleans())
-    decoy = draw(st.sampled_from([None, "before", "after", "string"]))
-    created = 1718000000
-
-    def dumps(obj: dict) -> bytes:
-        seps = (",", ":") if compact else (", ", ": ")
-        return json.dumps(obj, separators=seps, ensure_ascii=ascii_only).encode()
-
-    def chunk(body: dict | None, finish: str | None = None, usage: dict | None = None) -> dict:
-        obj: dict = {"id": "x1", "object": "chunk", "created": created, "model": "m"}
-        if decoy == "before":
-            obj["meta"] = {"content": "w"}
-        if decoy == "string":
-            obj["note"] = 'say "content":"w"'
-        if body is None:
-            obj["choices"] = []
-        elif api == "chat":
-            obj["choices"] = [{"index": 0, "delta": body, "logprobs": None, "finish_reason": finish}]
-        else:
-            obj["choices"] = [{"index": 0, "text": body.get("content", ""), "finish_reason": finish}]
-        if decoy == "after":
-            obj["x"] = {"content": "w"}
-        if usage is not None or draw(st.booleans()):
-            obj["usage"] = usage
-        return obj
-
-    events = []
-    if api == "chat":
-        events.append(chunk({"role": "assistant", "content": ""}))
-    for _ in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["plain", "plain", "plain", "any", "reasoning", "empty", "time", "broken"]))
-        if kind == "time":
-            created += 1  # llama.cpp stamps each chunk with the current second
-            continue
-        if kind == "reasoning":
-            events.append(chunk({"reasoning_content": draw(PLAIN_TEXT), "content": draw(ANY_TEXT)}))
-            continue
-        # "broken": bytes no JSON encoder writes (a raw control character, bad UTF-8),
-        # put in after encoding; both paths must then fail the same way.
-        broken = st.sampled_from(["a<CTL>", "<BAD>b"])
-        content = {"plain": PLAIN_TEXT, "any": ANY_TEXT, "empty": st.just(""), "broken": broken}[kind]
-        events.append(chunk({"content": draw(content)}))
-    events.append(chunk({}, finish="length"))
-    events.append(chunk(None, usage={"prompt_tokens": 3, "completion_tokens": draw(st.integers(0, 20))}))
-    framed = [b"data: " + dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
-    framed = [e.replace(b"<CTL>", b"\x01").replace(b"<BAD>", b"\xff") for e in framed]
-    return api, framed
-
-
-def facts(api: str, reads: list[bytes], learn: bool) -> tuple:
-    """What a tally makes of the reads, including the error it stops at, if any."""
-    t = StreamTally(api, keep_text=True)
-    if not learn:
-        t._learns = 0  # never learn a template: every chunk is decoded
-    error = None
-    try:
-        for i, d in enumerate(reads):
-            t.feed(d, 1000 * (i + 1))
-        t.close()
-    except BadStream as e:
-        error = str(e)
-    return (
-        error,
-        t.events,
-        t.done,
-        t.chunk_ns,
-        t.chunk_tokens,
-        t.text,
-        t.finish_reason,
-        t.completion_tokens,
-        t.reconcile(),
-    )
-
-
-@settings(max_examples=150, deadline=None)
-@given(case=server_streams(), data=st.data())
-def test_template_path_matches_full_decode(case: tuple[str, list[bytes]], data: st.DataObject) -> None:
-    api, events = case
-    stream = b"".join(events)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
-    splits = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-    # whole events grouped into reads, as a server writing back to back delivers them
-    bounds = sorted(set(data.draw(st.lists(st.integers(0, len(events)), max_size=6))) | {0, len(events)})
-    grouped = [b"".join(events[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
-    for reads in (events, splits, grouped):
-        assert facts(api, reads, learn=True) == facts(api, reads, learn=False)
-
-
-def test_template_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    import loadgen.client.protocol.tally as stream_mod
-
-    calls = []
-
-    def counting(b: bytes) -> object:
-        calls.append(b)
-        return orjson.loads(b)
-
-    monkeypatch.setattr(stream_mod, "_loads", counting)
-    reads = sse(*[vllm_chunk({"content": f" w{i}"}, None) for i in range(50)], b"[DONE]")
-    t = tally_of("chat", reads, keep_text=True)
-    assert len(t.chunk_ns) == 50 and t.text == "".join(f" w{i}" for i in range(50))
-    assert len(calls) <= 4  # the first chunk and [DONE] (the probe decode is template.py's)
-    calls.clear()
-    t = tally_of("chat", [b"".join(reads)])  # one read of many events: the payload template
-    assert len(t.chunk_ns) == 50 and len(calls) <= 4
-    calls.clear()
-    # the first read teaches the template; the next holds 48 whole events, taken in one piece
-    t = tally_of("chat", [reads[0], b"".join(reads[1:49]), *reads[49:]])
-    assert len(t.chunk_ns) == 50 and len(set(t.chunk_ns)) == 3 and len(calls) <= 4
-
-
-def test_template_read_with_a_foreign_event_takes_the_full_path() -> None:
-    chunks = [vllm_chunk({"content": f" w{i}"}, None) for i in range(4)]
-    odd = vllm_chunk({"content": 'say "hi"'}, None)  # escaped quotes: not the template's plain text
-    reads = [*sse(chunks[0], chunks[1]), b"".join(sse(chunks[2], odd, chunks[3]))]
-    t = tally_of("chat", reads, keep_text=True)
-    assert t.text == ' w0 w1 w2say "hi" w3' and len(t.chunk_ns) == 5
-
-
-def _template_read(bodies: list[bytes], lead: int = 2) -> list[bytes]:
-    """``lead`` events alone (the template is learned from them), then the rest in one read with the end."""
-    framed = [
-        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + b + b'"},"finish_reason":null}]}\n\n'
-        for b in bodies
-    ]
-    tail = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
-    return [*framed[:lead], b"".join(framed[lead:]) + tail]
-
-
-@pytest.mark.parametrize("lead", [0, 1, 2])
-@pytest.mark.parametrize(
-    "case",
-    [
-        [b" w%d" % i for i in range(30)],
-        [b" w%d" % i if i % 7 else b"" for i in range(30)],  # empty bodies: events without output
-        [b"\xc3\xa9t\xc3\xa9 %d" % i for i in range(30)],  # non-ASCII, whole characters
-        [b" w%d" % i for i in range(14)] + [b"\xc3", b"\xa9"] + [b" w%d" % i for i in range(14)],  # one cut in two
-        [b" w%d" % i for i in range(14)] + [b'say \\"hi\\"'] + [b" w%d" % i for i in range(14)],  # an escape
-        [b" w%d" % i for i in range(14)] + [b"tab\x01"] + [b" w%d" % i for i in range(14)],  # a raw control byte
-    ],
-    ids=["plain", "empties", "non-ascii", "split-char", "escaped", "control"],
-)
-def test_many_template_events_in_one_read_count_as_decoded_one_by_one(case: list[bytes], lead: int) -> None:
-    reads = _template_read(case, lead)
-    assert facts("chat", reads, learn=True) == facts("chat", reads, learn=False)
-    end = reads[-1].index(b'data: {"id":"c","choices":[{"index":0,"delta":{}')
-    apart = [*reads[:-1], reads[-1][:end], reads[-1][end:]]  # the end in a read of its own
-    assert apart[-1].startswith(b"data: {") and apart[-2].endswith(b"\n\n")
-    for read in (apart, [b"".join(reads)]):  # and all of it as one read, as it comes with the headers
-        assert facts("chat", read, learn=True) == facts("chat", read, learn=False)
-
-
-def test_a_read_of_many_template_events_is_counted_in_one_go(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs: list[int] = []
-    real = StreamTally._bodies
-
-    def spy(self: StreamTally, bodies: list[bytes], t_ns: int) -> bool:
-        runs.append(len(bodies))
-        return real(self, bodies, t_ns)
-
-    monkeypatch.setattr(StreamTally, "_bodies", spy)
-    reads = _template_read([b" w%d" % i for i in range(30)], lead=2)
-    t = tally_of("chat", [b"".join(reads)])  # with the learning events: the parser's payloads
-    assert runs == [29] and len(t.chunk_ns) == 30
-    runs.clear()
-    end = reads[-1].index(b'data: {"id":"c","choices":[{"index":0,"delta":{}')
-    t = tally_of("chat", [*reads[:-1], reads[-1][:end], reads[-1][end:]])  # a read of template events only
-    assert runs == [28] and len(t.chunk_ns) == 30 and t.done

@@ -220,7 +220,7 @@ async def _streaming(pieces: list[tuple[bytes, float]]) -> AsyncIterator[str]:
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -19,11 +19,12 @@ import numpy as np
 import pyarrow as pa
 
 from loadgen.analysis.columns import Ints, Mask, int_column
+from loadgen.errors import ConfigError
 
 __all__ = ["MetricsError", "Window", "choose_window"]
 
 
-class MetricsError(ValueError):
+class MetricsError(ConfigError):
     """Records or options that cannot give a meaningful figure (e.g. an empty window)."""
 
 

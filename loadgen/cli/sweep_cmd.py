@@ -150,7 +150,7 @@ def _inline_slo(text: str) -> SLO:
             raise ConfigError(f"--slo {text!r}: {v!r} is not a number of milliseconds") from None
     try:
         return SLO(**values)
-    except ValueError as e:
+    except LoadgenError as e:  # MetricsError: bounds that are not positive milliseconds
         raise ConfigError(f"--slo {text!r}: {e}") from None
 
 

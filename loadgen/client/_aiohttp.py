@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import inspect
-from typing import Any, NamedTuple
+from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -65,28 +65,25 @@ __all__ = [
 ]
 
 
-class _Read(NamedTuple):
-    data: bytes
-    t: int  # when it arrived
-
-
 class _Body:
-    """A 200 answer's body, hooked when its head arrived. Until ``read_body`` takes it, reads are
-    kept with their arrival times (``early``): a burst of reads can hold the request's task off."""
+    """A 200 answer's body, hooked when its head arrived. Until ``read_body`` takes it (a burst of
+    reads can hold the task off), reads are kept with their times (two lists: no object per read)."""
 
-    __slots__ = ("content", "t_headers", "clock", "holds", "on_read", "early", "reading")
+    __slots__ = ("content", "t_headers", "clock", "holds", "on_read", "early", "early_t", "reading")
 
     def __init__(self, content: StreamReader, t_headers: int, clock: Clock, holds: Holds) -> None:
         self.content = content
         self.t_headers = t_headers
         self.clock = clock
         self.holds = holds
-        self.early: list[_Read] = []
+        self.early: list[bytes] = []
+        self.early_t: list[int] = []
         self.on_read: OnRead = self._keep
         self.reading = False
 
     def _keep(self, data: bytes, t: int) -> None:
-        self.early.append(_Read(data, t))
+        self.early.append(data)
+        self.early_t.append(t)
 
 
 class _Hooked(StreamReader):
@@ -142,6 +139,8 @@ class StampingHandler(ResponseHandler):
     """aiohttp's protocol, stamping a 200 answer's head as it arrives and hooking its body then,
     one body at a time (HTTP/1.1), each handed to ``read_body`` or ``release``; ``lg_`` marks its own."""
 
+    __slots__ = ("lg_clock", "lg_holds", "lg_body", "lg_served")  # read per read: slots, not the instance dict
+
     def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock, holds: Holds) -> None:
         super().__init__(loop)
         self.lg_clock = clock
@@ -158,7 +157,7 @@ class StampingHandler(ResponseHandler):
             body = self.lg_body = _Body(payload, t, self.lg_clock, self.lg_holds)
             buffered = _take_buffered(payload)  # what came in the same read as the head
             if buffered:
-                body.early.append(_Read(buffered, t))
+                body._keep(buffered, t)
             if not payload.is_eof() and payload.exception() is None:
                 _become(payload, _Hooked)
         super().feed_data(data, size)
@@ -205,9 +204,10 @@ async def read_body(content: StreamReader, on_read: OnRead, clock: Clock) -> Non
     try:
         body.reading = True
         body.on_read = on_read  # from now on, hooked reads go straight to it
-        early, body.early = body.early, []
-        for r in early:
-            on_read(r.data, r.t)
+        early, times = body.early, body.early_t
+        body.early, body.early_t = [], []
+        for data, t in zip(early, times, strict=True):
+            on_read(data, t)
         data = _take_buffered(content)  # nothing, unless aiohttp buffered some after all
         if data:
             on_read(data, clock())
@@ -363,7 +363,7 @@ def _probe(loop: asyncio.AbstractEventLoop) -> str:
         if body is None or type(body.content) is not _Hooked:
             return "the response protocol did not hand over a plain body reader"
         handler.data_received(b"2\r\nde\r\n0\r\n\r\n")
-        if body.early != [(b"abc", 7), (b"de", 7)] or not body.content.is_eof():
+        if body.early != [b"abc", b"de"] or body.early_t != [7, 7] or not body.content.is_eof():
             return "a hooked body reader did not pass its reads on"
         held: Any = HeldWrite(handler.transport)  # what a held write does: stand in for the transport
         handler.transport = held

@@ -10,14 +10,17 @@ fault run is reproducible.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, fields
 
 import numpy as np
 
+from loadgen.errors import ConfigError
+
 __all__ = ["FaultSpec", "FaultPlan", "parse_faults", "FaultSpecError"]
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(ConfigError):
     pass
 
 
@@ -81,6 +84,10 @@ def parse_faults(text: str | None) -> FaultSpec:
                 raise ValueError(arg)
         except ValueError:
             raise FaultSpecError(f"--faults: {item!r} is not a number") from None
+        if any(isinstance(v, float) and not (math.isfinite(v) and v >= 0) for v in values.values()) or (
+            isinstance(values.get("seed"), int) and int(values["seed"]) < 0
+        ):
+            raise FaultSpecError(f"--faults: {item!r}: rates, durations and the seed must be finite and >= 0")
     return FaultSpec(**values)  # type: ignore[arg-type]
 
 

@@ -17,13 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import IO, TypeVar
 
+from loadgen.errors import EndpointError
+
 __all__ = ["ChildServer", "SimProcess", "start_sim", "READY"]
 
 READY = "LOADGEN_SIM_READY "
 _Child = TypeVar("_Child", bound="ChildServer")
 
 
-class SimStartError(RuntimeError):
+class SimStartError(EndpointError):
     pass
 
 

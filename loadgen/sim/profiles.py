@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from loadgen.errors import SpecError
+
 __all__ = [
     "WEIGHT_DTYPES",
     "KV_DTYPES",
@@ -41,7 +43,7 @@ KV_DTYPES = ("bf16", "fp8")
 DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 
 
-class ProfileError(ValueError):
+class ProfileError(SpecError):
     """A profile name that does not exist, or a profile file with a bad field."""
 
 
@@ -311,6 +313,8 @@ def _resolve(kind: str, name: str, parse: Callable[[Any, str], _P]) -> _P:
             text = path.read_text()
         except OSError as e:
             raise ProfileError(f"{name}: cannot read: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise ProfileError(f"{name}: not UTF-8 text") from None
         return parse(yaml.safe_load(text), str(path))
     want = name.strip().lower()
     files = _load_dir(kind)

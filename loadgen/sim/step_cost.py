@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.errors import ConfigError
 from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.profiles import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, GpuProfile, ModelProfile
 
@@ -25,7 +26,7 @@ __all__ = ["StepCost", "CapacityError", "Saturation", "ACT_BYTES"]
 ACT_BYTES = 2  # activations exchanged by the TP all-reduce are BF16
 
 
-class CapacityError(ValueError):
+class CapacityError(ConfigError):
     """The configuration cannot run: weights do not fit, TP does not divide heads, ..."""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from loadgen import clock
+from loadgen.sim.process import SimStartError
 from loadgen.sim.server import SimServer
 
 __all__ = ["serve_in_thread"]
@@ -42,7 +43,7 @@ def serve_in_thread(server: SimServer, host: str = "127.0.0.1", timeout_s: float
     thread = threading.Thread(target=serve, name="loadgen-sim", daemon=True)
     thread.start()
     if not ready.wait(timeout_s) or failed:
-        raise RuntimeError(f"the simulator did not start: {failed[0] if failed else 'timed out'}")
+        raise SimStartError(f"the simulator did not start: {failed[0] if failed else 'timed out'}")
     try:
         yield server.url
     finally:
