@@ -3,7 +3,7 @@
 The engine decides *when*: it schedules each request, holds one prepared early until its
 instant, times out, drains and cancels. A ``Transport`` only carries bytes: it opens what
 a run needs (``open``) and sends one request and streams its answer (``exchange``). The
-default is aiohttp's (``loadgen.client._aiohttp.AiohttpTransport``); tests drive the engine
+default is aiohttp's (``loadgen.client.aiohttp_transport.AiohttpTransport``); tests drive the engine
 through a scripted one on a virtual clock, with no sockets.
 """
 

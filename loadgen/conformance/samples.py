@@ -189,10 +189,7 @@ def load_points(run_dir: Path, slo: SLO | None = None) -> tuple[dict[str, Any], 
     ``point`` (else its position). Records are split by their ``point`` column.
     """
     meta = read_run_meta(run_dir)
-    try:
-        table = read_records(run_dir)
-    except FileNotFoundError as e:
-        raise ConfigError(str(e)) from None
+    table = read_records(run_dir)  # a missing or corrupt file is a SpecError/ConfigError already
     entries = _point_entries(meta)
     multi = len(entries) > 1
     return meta, [_point(entry, i, table, multi, slo) for i, entry in enumerate(entries)]
