@@ -16,8 +16,8 @@ are needed for speed: without the read view a one-event read costs ~80% more, an
 without the payload view reads cut inside events (TCP segments, a client catching
 up) lose the template altogether.
 
-Pure functions of bytes; ``StreamTally`` (tally.py) keeps the learned template and
-the counts.
+Pure functions of bytes and two small classes; ``StreamTally`` (tally.py) keeps the
+learned template and the counts.
 """
 
 from __future__ import annotations
