@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 from loadgen.cli.flags import bounded_int, finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, slo_of
 from loadgen.cli.sim_cmd import add_sim_options, check_sim_options, sim_args
-from loadgen.client.config import Timeouts
+from loadgen.client.config import MAX_INFLIGHT, Timeouts
 from loadgen.client.settings import (
     DEFAULT_CLOSED_REQUESTS,
     DEFAULT_DURATION_S,
     MAX_CONCURRENCY,
     MAX_DURATION_S,
-    MAX_INFLIGHT,
     MAX_RATE,
     MAX_REQUESTS,
     MAX_SEED,

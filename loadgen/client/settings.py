@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from loadgen.client.config import EngineConfig, Timeouts
+from loadgen.client.config import DEFAULT_MAX_INFLIGHT, MAX_INFLIGHT, EngineConfig, Timeouts
 from loadgen.client.endpoint import endpoint_label
 from loadgen.errors import ConfigError
 
@@ -42,7 +42,6 @@ __all__ = [
     "MAX_REQUESTS",
     "MAX_DURATION_S",
     "MAX_WORKERS",
-    "MAX_INFLIGHT",
     "MAX_SEED",
 ]
 
@@ -57,7 +56,6 @@ MAX_CONCURRENCY = 100_000  # closed-loop users
 MAX_REQUESTS = 10_000_000  # per run: --requests, or rate x duration when no count is given
 MAX_DURATION_S = 30 * 86_400.0  # 30 days
 MAX_WORKERS = 256
-MAX_INFLIGHT = 1_000_000
 MAX_SEED = 2**64 - 1
 
 
@@ -83,7 +81,7 @@ class RunSettings:
     timeouts: Timeouts = field(default_factory=Timeouts)
     ignore_eos: bool = True
     keep_text: bool = False
-    max_inflight: int = 10_000
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
     drain_s: float = 60.0
     lag_limit_ms: float = 10.0
     extra_body: dict[str, Any] = field(default_factory=dict)

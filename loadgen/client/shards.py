@@ -123,6 +123,7 @@ def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
         "loop_lag_max_ms": max((c["loop_lag_max_ms"] for c in ok), default=0.0),
         "sends_delayed_by_max_inflight": sum(c["sends_delayed_by_max_inflight"] for c in ok),
         "interrupted": any(c.get("interrupted") for c in ok),
+        "fast_read": all(c.get("fast_read", True) for c in ok),  # each worker's reason is under "workers"
         "records": sum(c.get("records", 0) for c in clients),
         "workers": clients,
     }
