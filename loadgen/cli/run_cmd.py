@@ -273,25 +273,32 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         else:
             duration = DEFAULT_DURATION_S
     return RunSettings(
-        endpoint=resolve_endpoint(args),
-        model=args.model,
-        api=args.api,
+        **shared_settings(args),
         arrival=arrival,
         duration_s=duration,
         requests=requests,
-        seed=args.seed,
-        warmup_s=args.warmup,
         cooldown_s=args.cooldown,
-        timeouts=timeouts(args),
-        ignore_eos=args.ignore_eos,
-        keep_text=args.keep_text,
-        max_inflight=args.max_inflight,
-        drain_s=args.drain,
-        lag_limit_ms=args.lag_limit_ms,
-        extra_body=resolve_extra(args),
-        workers=args.workers,
-        server_metrics=args.server_metrics,
     )
+
+
+def shared_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The RunSettings fields that ``run`` and ``sweep`` take from the same flags."""
+    return {
+        "endpoint": resolve_endpoint(args),
+        "model": args.model,
+        "api": args.api,
+        "seed": args.seed,
+        "warmup_s": args.warmup,
+        "timeouts": timeouts(args),
+        "ignore_eos": args.ignore_eos,
+        "keep_text": args.keep_text,
+        "max_inflight": args.max_inflight,
+        "drain_s": args.drain,
+        "lag_limit_ms": args.lag_limit_ms,
+        "extra_body": resolve_extra(args),
+        "workers": args.workers,
+        "server_metrics": args.server_metrics,
+    }
 
 
 def main(args: argparse.Namespace) -> int:

@@ -22,10 +22,8 @@ from loadgen.cli.run_cmd import (
     add_timing_options,
     add_traffic_options,
     preflight,
-    resolve_endpoint,
-    resolve_extra,
     resolve_workload,
-    timeouts,
+    shared_settings,
 )
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
 from loadgen.client.settings import MAX_CONCURRENCY, MAX_RATE
@@ -202,23 +200,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         kind=kind.kind,
         cv=kind.cv,
     )
-    base = RunSettings(
-        endpoint=resolve_endpoint(args),
-        model=args.model,
-        api=args.api,
-        duration_s=args.point_duration + args.warmup,
-        seed=args.seed,
-        warmup_s=args.warmup,
-        timeouts=timeouts(args),
-        ignore_eos=args.ignore_eos,
-        keep_text=args.keep_text,
-        max_inflight=args.max_inflight,
-        drain_s=args.drain,
-        lag_limit_ms=args.lag_limit_ms,
-        extra_body=resolve_extra(args),
-        workers=args.workers,
-        server_metrics=args.server_metrics,
-    )
+    base = RunSettings(**shared_settings(args), duration_s=args.point_duration + args.warmup)
     return SweepSettings(
         base=base,
         plan=plan,

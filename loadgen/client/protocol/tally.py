@@ -35,7 +35,17 @@ import orjson
 
 from loadgen.client.protocol.chunk_errors import check_error, is_done, shape_error
 from loadgen.client.protocol.sse import BadStream, SSEParser
-from loadgen.client.protocol.template import BULK, Fit, Template, learn, plain, plain_all, read_bodies, run_bodies
+from loadgen.client.protocol.template import (
+    BULK,
+    Fit,
+    Template,
+    content_holder,
+    learn,
+    plain,
+    plain_all,
+    read_bodies,
+    run_bodies,
+)
 from loadgen.client.protocol.token_counts import Reconciled, reconcile
 
 __all__ = ["StreamTally"]
@@ -274,8 +284,11 @@ class StreamTally:
 
     def _learn(self, payload: bytes, obj: dict[str, Any]) -> None:
         """Take ``payload`` as the template of this stream's content chunks, if it makes one."""
-        template, tried = learn(payload, obj, self._chat)
-        self._learns -= tried  # failures count too: a server whose chunks never fit stops costing
+        holder = content_holder(obj, self._chat)
+        if holder is None:
+            return  # not a content chunk (reasoning, say): no try spent, so content still gets one
+        self._learns -= 1  # a failed try counts too: a server whose chunks never fit stops costing
+        template = learn(payload, obj, holder, self._chat)
         if template is not None:
             self._tpl, self._framed = template, template.framed
 

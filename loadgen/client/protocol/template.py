@@ -29,7 +29,18 @@ from typing import Any, NamedTuple, cast
 
 import orjson
 
-__all__ = ["BULK", "Fit", "Learned", "Run", "Template", "learn", "plain", "plain_all", "read_bodies", "run_bodies"]
+__all__ = [
+    "BULK",
+    "Fit",
+    "Run",
+    "Template",
+    "content_holder",
+    "learn",
+    "plain",
+    "plain_all",
+    "read_bodies",
+    "run_bodies",
+]
 
 BULK = 8  # template events in one list of payloads from which they are counted together
 _FRAMING = b"\n\ndata: "  # between two one-line events
@@ -86,13 +97,6 @@ class Template:
         self.between = payload.suf + _FRAMING + payload.pre if one_line else None
 
 
-class Learned(NamedTuple):
-    """What ``learn`` made of a chunk: its template, if any, and whether it counts as a try."""
-
-    template: Template | None
-    tried: bool  # it was a content chunk (a failed one counts too: the caller bounds the tries)
-
-
 class Run(NamedTuple):
     """A run of template events in a list of payloads: the index after it and their bodies."""
 
@@ -100,58 +104,53 @@ class Run(NamedTuple):
     bodies: list[bytes]
 
 
-_NOT_CONTENT = Learned(None, False)
-_NO_FIT = Learned(None, True)
+def content_holder(obj: dict[str, Any], chat: bool) -> dict[str, Any] | None:
+    """The dict whose content (or completion text) string is a chunk's only output,
+    or None if the chunk is not such a one: only such a chunk may teach a template.
 
-
-def learn(payload: bytes, obj: dict[str, Any], chat: bool) -> Learned:
-    """The template ``payload`` makes, if it is a content chunk that can be one.
-
-    It must be a single-choice chunk whose only output is a non-empty content (or
-    completion text) string, with no usage, finish reason or error. The string's
-    body is found by its key; a probe decode of the payload with another body put
-    there must give the same object with only that string changed, which proves
-    the bytes around it are everything else in the chunk. ``obj`` is consumed.
+    ``obj`` is a single-choice chunk with output and without usage (the caller's
+    checks); here also without a finish reason, an error, or output besides the string.
     """
-    found = _content(obj, chat)
-    if found is None:
-        return _NOT_CONTENT
-    target, field = found
-    value = target[field]
-    key = b'"content":' if chat else b'"text":'
-    i = payload.find(key)
-    if i < 0:
-        return _NOT_CONTENT
-    i = _body_start(payload, i + len(key))
-    if i < 0:
-        return _NO_FIT
-    j = payload.find(b'"', i)
-    if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
-        return _NO_FIT
-    pre, suf = payload[:i], payload[j:]
-    probe = "~" if value != "~" else "~~"
-    target[field] = probe
-    try:
-        if orjson.loads(pre + probe.encode() + suf) != obj:
-            return _NO_FIT
-    except orjson.JSONDecodeError:
-        return _NO_FIT
-    one_line = not (10 in pre or 13 in pre or 10 in suf or 13 in suf)
-    return Learned(Template(Fit(pre, suf), one_line), True)
-
-
-def _content(obj: dict[str, Any], chat: bool) -> tuple[dict[str, Any], str] | None:
-    """The object and key holding a chunk's only output, a string, or None if it is not such a chunk."""
     ch = obj["choices"][0]
     if ch.get("finish_reason") is not None or obj.get("error") is not None:
         return None
     if chat:
-        target, field = ch["delta"], "content"
-        if target.get("reasoning_content") or target.get("reasoning") or target.get("tool_calls"):
+        holder = ch["delta"]
+        if holder.get("reasoning_content") or holder.get("reasoning") or holder.get("tool_calls"):
             return None
     else:
-        target, field = ch, "text"
-    return (target, field) if type(target.get(field)) is str else None
+        holder = ch
+    return holder if type(holder.get("content" if chat else "text")) is str else None
+
+
+def learn(payload: bytes, obj: dict[str, Any], holder: dict[str, Any], chat: bool) -> Template | None:
+    """The template ``payload`` makes, if it makes one; ``holder`` is its ``content_holder``.
+
+    The string's body is found by its key; a probe decode of the payload with
+    another body put there must give the same object with only that string changed,
+    which proves the bytes around it are everything else in the chunk. ``obj`` (and
+    so ``holder``) is consumed.
+    """
+    field, key = ("content", b'"content":') if chat else ("text", b'"text":')
+    value = holder[field]
+    i = payload.find(key)
+    if i < 0:
+        return None
+    i = _body_start(payload, i + len(key))
+    if i < 0:
+        return None
+    j = payload.find(b'"', i)
+    if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
+        return None
+    pre, suf = payload[:i], payload[j:]
+    probe = "~" if value != "~" else "~~"
+    holder[field] = probe
+    try:
+        if orjson.loads(pre + probe.encode() + suf) != obj:
+            return None
+    except orjson.JSONDecodeError:
+        return None
+    return Template(Fit(pre, suf), one_line=not (10 in pre or 13 in pre or 10 in suf or 13 in suf))
 
 
 def _body_start(payload: bytes, i: int) -> int:
