@@ -266,3 +266,37 @@ def test_overlap_is_inconclusive_when_the_client_stalled() -> None:
     ]
     status, msg = overlap(serial)
     assert status == "inconclusive" and "stalled" in msg
+
+
+def test_a_request_the_server_dropped_on_a_stale_keep_alive_connection_is_sent_once_more() -> None:
+    """A server that closes an idle pooled connection as the next request arrives (llama.cpp does)
+    answered nothing: the check resends once, as the engine does, instead of failing the item."""
+    import aiohttp
+
+    from loadgen.conformance.check import Checker
+
+    served: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = True
+        while await reader.readuntil(b"\r\n\r\n"):
+            await reader.readexactly(2)  # the b"{}" body
+            if not first:  # a request on a reused connection: drop it unanswered
+                writer.close()
+                return
+            first = False
+            served.append(1)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    async def go() -> list[Wire]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, aiohttp.ClientSession() as http:
+            checker = Checker(CheckOptions(url=f"http://127.0.0.1:{port}/v1"), http)
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            return [await checker.request("POST", url, b"{}") for _ in range(2)]  # aiohttp itself retries a GET
+
+    first, second = asyncio.run(go())
+    assert (first.status, second.status) == (200, 200) and second.error is None
+    assert len(served) == 2  # the second request was answered on a fresh connection

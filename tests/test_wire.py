@@ -160,7 +160,11 @@ def test_each_read_is_stamped_when_it_arrives(tmp_path: Path) -> None:
 def test_t_sent_is_when_the_request_was_written(tmp_path: Path, path: str) -> None:
     """Requests are prepared a lead (25 ms) before their instant; none is written before it, and
     t_sent is the write: had it been taken at preparation, the server would see each request a
-    lead after it, so half a lead separates the two."""
+    lead after it, so half a lead separates the two. Only the fast path prepares early and holds:
+    the plain path stamps t_sent as it posts, and what follows is aiohttp's own time, which a
+    loaded box stretches past any bound (25 ms at load average 8)."""
+    if path == "plain":
+        pytest.skip("the plain path holds nothing: t_sent is its post")
     wl = SyntheticChat(input_tokens=4, output_tokens=3)
     offs = (np.arange(20) * 5e6).astype(np.int64)
     rec, log, engine = _run(tmp_path, 3, 0.002, Plan(wl.session, offs, np.arange(20)))

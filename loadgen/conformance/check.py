@@ -86,6 +86,14 @@ class Checker:
         return h
 
     async def request(self, method: str, url: str, body: bytes | None = None) -> Wire:
+        w = await self._exchange(method, url, body)
+        if w.status is None and (w.error or "").startswith("ServerDisconnectedError") and not w.reads:
+            # The stale keep-alive race, as the engine handles it: the server closed an idle pooled
+            # connection as the request went out on it, so nothing was answered; send it once more.
+            w = await self._exchange(method, url, body)
+        return w
+
+    async def _exchange(self, method: str, url: str, body: bytes | None) -> Wire:
         w = Wire(t_sent=time.perf_counter_ns())
         try:
             async with self.http.request(method, url, data=body, headers=self._headers()) as resp:
