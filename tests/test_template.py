@@ -77,9 +77,9 @@ def server_streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
     return api, framed
 
 
-def facts(api: str, reads: list[bytes], learn: bool) -> tuple[object, ...]:
+def facts(api: str, reads: list[bytes], learn: bool, cap: int = 1 << 20) -> tuple[object, ...]:
     """What a tally makes of the reads, including the error it stops at, if any."""
-    t = StreamTally(api, keep_text=True)
+    t = StreamTally(api, keep_text=True, max_event_bytes=cap)
     if not learn:
         t._learns = 0  # never learn a template: every chunk is decoded
     error = None
@@ -114,6 +114,27 @@ def test_template_path_matches_full_decode(case: tuple[str, list[bytes]], data: 
     grouped = [b"".join(events[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
     for reads in (events, splits, grouped):
         assert facts(api, reads, learn=True) == facts(api, reads, learn=False)
+
+
+def test_a_read_that_starts_with_another_chunk_of_the_same_length_is_decoded() -> None:
+    # "refusal" is as long as "content": sliced where the template's body lies, this
+    # chunk gives plain text, yet it carries no output. Only the prefix proves that.
+    refusal = b'data: {"id":"c","choices":[{"index":0,"delta":{"refusal":"no"},"finish_reason":null}]}\n\n'
+    reads = [_framed(b"a"), _framed(b"b"), refusal + _framed(b"c") + _framed(b"d")]
+    with_template = facts("chat", reads, learn=True)
+    assert with_template == facts("chat", reads, learn=False)
+    assert with_template[5] == "abcd"  # the text kept: the refusal is not output
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_the_size_cap_holds_for_template_events_however_they_are_read(over: int) -> None:
+    big = _framed(b"x" * 300)
+    cap = len(big) - 2 - over  # the event's lines, without the blank line, against the cap
+    lead = [_framed(b"a"), _framed(b"b")]
+    for reads in ([*lead, big], [*lead, big[:100], big[100:]], [*lead, _framed(b"c") + big]):
+        with_template = facts("chat", reads, learn=True, cap=cap)
+        assert with_template == facts("chat", reads, learn=False, cap=cap)
+        assert (with_template[0] is not None) == bool(over)  # over the cap: an error, in every split
 
 
 def _counting_loads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:

@@ -86,6 +86,8 @@ class StreamTally:
         "_per_chunk",
         "_tpl",
         "_framed",
+        "_one",
+        "_many",
         "_learns",
     )
 
@@ -114,6 +116,8 @@ class StreamTally:
         # again after [DONE]; its read view apart, as feed looks at it for every read.
         self._tpl: Template | None = None
         self._framed: Fit | None = None
+        self._one = 0  # with a template, a read shorter than this holds one event at most, within the cap
+        self._many = max_event_bytes + 2  # a read no longer than this holds no event over the size cap
         self._learns = _LEARNS
 
     @property
@@ -127,7 +131,7 @@ class StreamTally:
         framed = self._framed
         if framed is not None and self._parser.idle:  # the read starts at an event: it may be whole ones
             n = len(data)
-            if n < framed.two:  # room for one event only: the usual read
+            if n < self._one:  # room for one event only: the usual read
                 # The fit test (template.Fit) inlined, as in _by_template: this is the
                 # read of nearly every token, and a call would cost ~5% of it (measured).
                 if n >= framed.least and data.startswith(framed.pre) and data.endswith(framed.suf):
@@ -140,8 +144,8 @@ class StreamTally:
                             if self.keep_text:
                                 self._parts.append(text)
                         return
-            elif self._read_of_events(data, t_ns):
-                return
+            elif n <= self._many and self._read_of_events(data, t_ns):
+                return  # (a longer read may hold an event over the cap: the parser decides)
         payloads = self._sse(data)
         if payloads:
             self._take(payloads, t_ns)
@@ -189,12 +193,8 @@ class StreamTally:
 
     def _take(self, payloads: list[bytes], t_ns: int) -> None:
         """Interpret the events the parser completed in one read: those that fit the
-        template by ``_by_template``, the others by decoding their JSON here.
-
-        The decoding stays inline, not a method per event, because a stream that no
-        template fits goes through here for every chunk, and a call per event costs
-        ~3% of that path (measured).
-        """
+        template by ``_by_template``, the others by decoding them here, inline: a call
+        per event would cost ~3% of a stream that no template fits (measured)."""
         self.events += len(payloads)
         if self.done:
             return  # anything after [DONE] is not part of the answer
@@ -291,6 +291,10 @@ class StreamTally:
         template = learn(payload, obj, holder, self._chat)
         if template is not None:
             self._tpl, self._framed = template, template.framed
+            if template.framed is not None:
+                # Two events take twice the shortest one; an event over the size cap
+                # (its lines, without the blank line) goes to the parser, which raises.
+                self._one = min(2 * template.framed.least, self._many + 1)
 
     def _delta(self, delta: dict[str, Any]) -> int:
         """1 if a chat delta carries output, else 0; keeps its text when asked."""

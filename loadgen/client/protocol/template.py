@@ -59,12 +59,11 @@ class Fit:
 
     A slotted class, not a NamedTuple: the hot path reads these fields for every
     event, and CPython 3.11 specialises a slot read but not a NamedTuple field read
-    or unpack (measured: ~400 more instructions per event). ``least`` and ``two``
-    are stored because ints above 256 are not cached: computing them per event
-    would allocate.
+    or unpack (measured: ~400 more instructions per event). ``least`` is stored
+    because ints above 256 are not cached: computing it per event would allocate.
     """
 
-    __slots__ = ("pre", "suf", "lo", "hi", "least", "two", "cut")
+    __slots__ = ("pre", "suf", "lo", "hi", "least", "cut")
 
     def __init__(self, pre: bytes, suf: bytes) -> None:
         self.pre = pre
@@ -72,7 +71,6 @@ class Fit:
         self.lo = len(pre)
         self.hi = len(suf)
         self.least = self.lo + self.hi
-        self.two = 2 * self.least  # a read shorter than this holds at most one event
         self.cut = slice(self.lo, -self.hi)  # the body (a suffix is never empty: it starts at a quote)
 
     def __repr__(self) -> str:
@@ -191,22 +189,25 @@ def plain_all(bodies: list[bytes]) -> str | None:
 
 
 def read_bodies(data: bytes, tpl: Template) -> list[bytes] | None:
-    """The string bodies of a read that starts and ends as ``tpl.framed`` does, if
-    it is nothing but whole template events; else None.
+    """The string bodies of a read, if it is nothing but whole template events; else None.
 
-    Split at the framing between events, the read is such when every framing lies
-    inside a whole ``between`` and the first and last pieces are long enough for
-    their prefix and suffix not to overlap: each piece is then prefix, body, suffix.
-    (The framing cannot overlap itself, so every framing inside a ``between`` is a
-    split; ``count`` does not overlap what it counts, so each piece between two of
-    them is long enough.) One ``count`` proves it, which is cheaper than testing
-    piece by piece as ``run_bodies`` must. Whether the bodies are plain is the
-    caller's check.
+    Such a read starts and ends as ``tpl.framed`` does, and split at the framing
+    between events, each piece is prefix, body, suffix. One ``count`` proves the
+    pieces are, which is cheaper than testing them one by one as ``run_bodies``
+    must: counted between the end of the first prefix and the start of the last
+    suffix, there must be one ``between`` per split. (The framing cannot overlap
+    itself, so the framing inside each ``between`` is a split, and each split then
+    has a suffix before it and a prefix after it. ``count`` does not overlap what it
+    counts, and the bounds keep it off the first prefix and the last suffix, so no
+    piece's prefix and suffix overlap: every piece is long enough to hold both.)
+    Whether the bodies are plain is the caller's check.
     """
-    assert tpl.between is not None  # only a one-line template frames reads
-    fit = tpl.payload
+    framed, between, fit = tpl.framed, tpl.between, tpl.payload
+    assert framed is not None and between is not None  # only a one-line template frames reads
+    if not (data.startswith(framed.pre) and data.endswith(framed.suf)):
+        return None  # also the cheap test that turns away most reads that are not such
     events = data[6:-2].split(_FRAMING)
-    if data.count(tpl.between) != len(events) - 1 or min(len(events[0]), len(events[-1])) < fit.least:
+    if data.count(between, framed.lo, len(data) - framed.hi) != len(events) - 1:
         return None
     return list(map(_cut, events, repeat(fit.cut)))
 
