@@ -1,6 +1,6 @@
 """What a stream says when it goes wrong: in-stream error objects, non-JSON data, misshapen chunks.
 
-Apart from the tally (stream.py) because each case is a message a user reads in a
+Apart from the tally (tally.py) because each case is a message a user reads in a
 record: what the server sent is untrusted, so messages are cut short and escaped.
 """
 
