@@ -56,6 +56,8 @@ import orjson
 from hostile_behaviours import BEHAVIOURS, Behaviour, Handler, models_of, not_found, ok, unknown
 from hostile_wire import CAP_BYTES, CAP_S, Capped, Request, Response, Served
 
+from loadgen.sim.thread import run_in_thread
+
 __all__ = ["HostileServer", "Served", "serve_in_thread"]
 
 # -- the server ----------------------------------------------------------------------------
@@ -297,37 +299,8 @@ def serve_in_thread(
 ) -> Iterator[HostileServer]:
     """A ``HostileServer`` on 127.0.0.1 in a daemon thread with its own event loop; stopped on exit."""
     server = HostileServer(cap_bytes, cap_s)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    failed: list[BaseException] = []
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(server.start())
-        except BaseException as e:  # noqa: BLE001 - reported to the caller's thread
-            failed.append(e)
-            ready.set()
-            loop.close()
-            return
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(server.stop())
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        loop.close()
-
-    thread = threading.Thread(target=serve, name="hostile-endpoint", daemon=True)
-    thread.start()
-    if not ready.wait(timeout_s) or failed:
-        raise RuntimeError(f"the hostile server did not start: {failed[0] if failed else 'timed out'}")
-    try:
+    with run_in_thread(server, timeout_s=timeout_s, name="hostile endpoint"):
         yield server
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:
