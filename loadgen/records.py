@@ -18,18 +18,22 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from loadgen.errors import ConfigError, SpecError
+from loadgen.record_fit import RowFitter, conform
+from loadgen.run_folder import RunState, json_bytes, load_run_json, replace_run, run_state_of, writable_folder
+from loadgen.stream_file import StreamFile, read_batches
 
 __all__ = [
     "tool_info",
     "SERVER_METRICS_NAME",
     "load_server_metrics",
     "read_run_meta",
+    "read_run_state",
     "write_json",
     "make_folder",
+    "run_files",
     "check_run_folder",
     "SCHEMA",
     "STATUSES",
@@ -47,6 +51,12 @@ PARQUET_NAME = "records.parquet"
 
 # Request outcomes. ``cancelled`` is a request still in flight when the run was
 # stopped (Ctrl-C or end of the drain grace); it is never counted as a success.
+# ``not_sent`` is a scheduled request that was never written to the wire: the run was
+# stopped first, its session was cut, or it was still waiting for a ``--max-inflight``
+# slot when the drain ended. Its ``t_sent`` is null and ``error`` says why. Every
+# scheduled request ends as exactly one record. An ``ok`` record may carry an ``error``:
+# a note that the endpoint sent an impossible value, which was bounded (failure is keyed
+# on ``status`` alone).
 STATUSES = (
     "ok",
     "http_error",
@@ -55,6 +65,7 @@ STATUSES = (
     "bad_stream",
     "client_error",
     "cancelled",
+    "not_sent",
 )
 
 # Where a request's output-token count came from: the endpoint's ``usage``
@@ -76,6 +87,7 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("t_sent", pa.int64()),
     pa.field("t_headers", pa.int64()),
     pa.field("t_first", pa.int64()),  # first output-carrying chunk
+    pa.field("t_first_content", pa.int64()),  # first chunk with visible content (not reasoning); null if none
     pa.field("t_last", pa.int64()),  # last output-carrying chunk
     pa.field("t_done", pa.int64()),  # stream ended (or failed)
     pa.field("chunk_ns", pa.list_(pa.int64())),  # arrival of each output-carrying chunk
@@ -87,6 +99,7 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("output_tokens_reported", pa.int32()),
     pa.field("output_tokens", pa.int32()),  # the count used by metrics
     pa.field("output_tokens_source", pa.string()),
+    pa.field("reasoning_tokens", pa.int32()),  # usage.completion_tokens_details.reasoning_tokens; null if not sent
     pa.field("finish_reason", pa.string()),
     pa.field("status", pa.string()),
     pa.field("http_status", pa.int32()),
@@ -115,6 +128,7 @@ class Record:
     t_sent: int | None = None
     t_headers: int | None = None
     t_first: int | None = None
+    t_first_content: int | None = None
     t_last: int | None = None
     t_done: int | None = None
     chunk_ns: list[int] = field(default_factory=list)
@@ -126,6 +140,7 @@ class Record:
     output_tokens_reported: int | None = None
     output_tokens: int = 0
     output_tokens_source: str = "none"
+    reasoning_tokens: int | None = None
     finish_reason: str | None = None
     status: str = "ok"
     http_status: int | None = None
@@ -135,6 +150,8 @@ class Record:
 
 _COLUMNS = [f.name for f in fields(Record)]
 assert _COLUMNS == SCHEMA.names, "Record and SCHEMA must list the same columns in order"
+# What a degraded record keeps: who it was, when it was due, and how it ended.
+_DEGRADED_KEEPS = ("run_id", "point", "shard", "request", "session", "turn", "t_sched", "status")
 
 
 def to_batch(records: Sequence[Record]) -> pa.RecordBatch:
@@ -143,43 +160,70 @@ def to_batch(records: Sequence[Record]) -> pa.RecordBatch:
 
 
 class RecordWriter:
-    """Appends records to an Arrow IPC stream in batches.
+    """Appends records to an Arrow IPC stream in batches, and never takes the run down.
 
-    ``add`` only buffers (cheap, on the hot path); ``flush`` writes one batch and
-    flushes it to the OS. The engine calls ``flush`` on a short timer, so a
-    SIGKILL loses at most the records of the last interval, and the file stays
-    readable up to its last complete batch.
+    ``add`` fits the record's values to their columns (``record_fit``: an impossible number is
+    written as null and named in ``error``; counted in ``bounded``) and buffers it; ``flush``
+    writes one batch and hands it to the OS. The engine calls ``flush`` on a short timer, so a
+    SIGKILL loses at most the records of the last interval, and the file stays readable up to
+    its last complete batch. Neither raises: a record Arrow still refuses is written in a
+    degraded form (ids, ``t_sched``, ``status``, an error naming the loss; ``degraded``); a
+    failed write (a full disk) keeps the records in memory for the next ``flush``
+    (``write_failures``, ``last_error``; ``stream_file``). ``written`` counts every record on
+    disk; ``close`` returns how many could not be written at all (0 unless the disk stayed full).
     """
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 512) -> None:
         self.path = Path(path)
         self.batch_size = batch_size
-        self._pending: list[Record] = []
-        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
-        self._writer = ipc.new_stream(self._file, SCHEMA)
-        self._file.flush()
-        self.written = 0
+        self._rows: list[list[object]] = []
+        self._fit = RowFitter(SCHEMA, error_column="error", long_text=("output_text",), keep=_DEGRADED_KEEPS)
+        self._file = StreamFile(self.path, SCHEMA)
+
+    @property
+    def written(self) -> int:  # records on disk, degraded ones included
+        return self._file.rows_written
+
+    @property
+    def degraded(self) -> int:  # records written in a degraded form
+        return self._fit.degraded
+
+    @property
+    def bounded(self) -> int:  # records with a value bounded to fit its column
+        return self._fit.bounded
+
+    @property
+    def write_failures(self) -> int:  # writes that failed (their records kept for the next flush)
+        return self._file.failures
+
+    @property
+    def last_error(self) -> str | None:
+        return self._file.last_error
+
+    @property
+    def unwritten(self) -> int:
+        """Records added but not on disk (buffered, or kept after a failed write)."""
+        return len(self._rows) + self._file.rows_queued
 
     def add(self, record: Record) -> None:
-        self._pending.append(record)
-        if len(self._pending) >= self.batch_size:
+        self._rows.append(self._fit.fit_object(record))
+        if len(self._rows) >= self.batch_size:
             self.flush()
 
     def flush(self) -> None:
-        if not self._pending:
-            return
-        batch = to_batch(self._pending)
-        self._pending = []
-        self._writer.write_batch(batch)
-        self._file.flush()
-        self.written += batch.num_rows
+        try:
+            if self._rows:
+                rows, self._rows = self._rows, []
+                self._file.append(self._fit.encode(rows), len(rows))
+            self._file.sync()
+        except Exception as e:  # never: encoding and writing handle their own failures
+            self._file.last_error = f"{type(e).__name__}: {e}"
 
-    def close(self) -> None:
-        if self._file.closed:
-            return
+    def close(self) -> int:
+        """Flush, try once more what a failed write left, close; the records that stayed unwritten."""
         self.flush()
-        self._writer.close()
         self._file.close()
+        return self.unwritten
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -189,25 +233,19 @@ class RecordWriter:
 
 
 def read_stream(path: str | os.PathLike[str]) -> pa.Table:
-    """Read every complete batch of a records stream, tolerating a torn tail.
-
-    A process killed mid-write leaves a partial last message; everything before
-    it is intact and returned.
-    """
-    batches: list[pa.RecordBatch] = []
-    with open(path, "rb") as f:
-        try:
-            reader = ipc.open_stream(f)
-        except (pa.ArrowInvalid, OSError):
-            return SCHEMA.empty_table()
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-            except (pa.ArrowInvalid, OSError, EOFError):
-                break
-    return pa.Table.from_batches(batches, schema=SCHEMA)
+    """Every complete batch of a records stream, tolerating a torn tail (a process killed
+    mid-write); an older stream's missing columns read as null. A file that is no records
+    stream is a SpecError."""
+    try:
+        found = read_batches(path)
+    except (ValueError, OSError) as e:
+        raise _unreadable(Path(path), e) from None
+    if found is None:
+        return SCHEMA.empty_table()
+    try:
+        return conform(pa.Table.from_batches(found[1], schema=found[0]), SCHEMA)
+    except ValueError as e:
+        raise _unreadable(Path(path), e) from None
 
 
 def read_records(run_dir: str | os.PathLike[str]) -> pa.Table:
@@ -250,41 +288,57 @@ def _unreadable(path: Path, e: BaseException) -> SpecError:
 
 
 def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = None) -> Path:
-    """Merge the run's record stream(s) (one per shard) into ``records.parquet``.
+    """Merge the run's record stream(s) (one per shard or point) into ``records.parquet``.
 
-    The stream files are removed only after the Parquet file is fully written.
+    Safe after a crash: a stream's torn last batch is left out, all before it kept; a compaction
+    cut short after ``records.parquet`` was written (streams left) is finished by adding the
+    streams' records the Parquet file lacks; a compacted folder is left as it is. Streams are
+    removed only once the Parquet file is whole. A file that is no records stream is a
+    SpecError, a Parquet file that cannot be written a ConfigError (streams kept); one line.
     """
     run = Path(run_dir)
     paths = sorted(streams) if streams is not None else sorted(run.glob("records*.arrows"))
-    table = pa.concat_tables([read_stream(p) for p in paths]) if paths else SCHEMA.empty_table()
+    parquet = run / PARQUET_NAME
+    if not paths and parquet.exists():
+        return parquet
+    parts = [read_stream(p) for p in paths]
+    if parquet.exists():
+        done = read_records(run)
+        parts = [done, *(_not_in(t, done) for t in parts)]
+    table = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
     table = table.sort_by([("point", "ascending"), ("t_sched", "ascending")])
     tmp = run / (PARQUET_NAME + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, run / PARQUET_NAME)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, parquet)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        kept = ", ".join(p.name for p in paths)
+        raise ConfigError(f"{parquet}: cannot write ({e.strerror or e}); the records stay in {kept}") from None
     for p in paths:
-        p.unlink()
-    return run / PARQUET_NAME
+        p.unlink(missing_ok=True)
+    return parquet
+
+
+def _not_in(table: pa.Table, done: pa.Table) -> pa.Table:
+    """The rows of ``table`` whose (point, request) ``done`` does not hold."""
+    keys = ["point", "request"]
+    index = table.select(keys).append_column("_row", pa.array(range(table.num_rows), pa.int64()))
+    left = index.join(done.select(keys), keys=keys, join_type="left anti").sort_by("_row")
+    return table.take(left.column("_row"))
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write ``json_bytes(data)`` to ``path`` atomically (a temporary file, then a rename)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.write_bytes(json_bytes(data))
     os.replace(tmp, path)
 
 
 def read_run_meta(run_dir: Path) -> dict[str, Any]:
     """A run folder's ``run.json``; a missing, unreadable or malformed one is a LoadgenError."""
     path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir}: not a run folder (no run.json)")
-    try:
-        meta = orjson.loads(path.read_bytes())
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
-    except orjson.JSONDecodeError as e:
-        raise SpecError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise SpecError(f"{path}: expected a JSON object, found {type(meta).__name__}")
+    meta = load_run_json(run_dir)
     for key, (kind, name) in _META_SHAPE.items():
         value = meta.get(key)
         if value is not None and not isinstance(value, kind):
@@ -292,6 +346,12 @@ def read_run_meta(run_dir: Path) -> dict[str, Any]:
     if any(not isinstance(p, dict) for p in meta.get("points") or ()):
         raise SpecError(f"{path}: points: expected a list of JSON objects")
     return meta
+
+
+def read_run_state(run_dir: str | os.PathLike[str]) -> RunState:
+    """Where the run (or sweep) in ``run_dir`` stands (``run_folder.run_state_of``: a ``running``
+    one whose process is gone reads as interrupted); no or a bad run.json is a LoadgenError."""
+    return run_state_of(read_run_meta(Path(run_dir)), str(Path(run_dir) / "run.json"))
 
 
 # The blocks of run.json that readers descend into (each may be absent or null).
@@ -304,19 +364,33 @@ _META_SHAPE: dict[str, tuple[type, str]] = {
 }
 
 
-def make_folder(path: Path, flag: str = "--out") -> Path:
-    """Create the folder a command writes to (parents too) and prove it is writable, before any
-    traffic: a file in the way or a read-only place is a ConfigError naming ``flag``."""
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{flag} {path}: is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".loadgen-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
-    return path
+# The files loadgen writes into a run folder (each also as NAME.tmp while it is written), the
+# records streams and the write probe: the only files ``make_folder(force=True)`` removes.
+_RUN_FILES = ("run.json", PARQUET_NAME, "summary.json", SERVER_METRICS_NAME, "report.html", "pareto.svg", "pareto.png")
+_RUN_GLOBS = ("records*.arrows", ".loadgen-write-test-*")
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """loadgen's own files in ``run_dir`` (a sweep's too); nothing else in the folder."""
+    names = {*_RUN_FILES, *(name + ".tmp" for name in _RUN_FILES)}
+    found = {p for p in run_dir.iterdir() if p.name in names} | {p for g in _RUN_GLOBS for p in run_dir.glob(g)}
+    return sorted(p for p in found if p.is_symlink() or p.is_file())
+
+
+def make_folder(path: Path, flag: str = "--out", *, force: bool = False) -> Path:
+    """The folder a new run (or sweep) writes to (``run_folder.writable_folder``). One that already
+    holds a run (run.json, records.parquet or a records stream) is refused in one line unless
+    ``force``, which first removes that run's files (``run_files``: loadgen's own, nothing else
+    there); a run still being written there is refused even so (``run_folder.replace_run``)."""
+    if path.is_dir():
+        files = run_files(path)
+        if any(p.name in ("run.json", PARQUET_NAME) or p.suffix == ".arrows" for p in files):
+            try:
+                state = read_run_state(path).state
+            except (ConfigError, SpecError):
+                state = "unknown: no readable run.json"
+            replace_run(path, files, state, flag, force)
+    return writable_folder(path, flag)
 
 
 def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:

@@ -34,8 +34,11 @@ def secret_query_name(name: str) -> bool:
 
 def url_secrets(url: str) -> tuple[str, ...]:
     """The credentials written in an endpoint URL: user, password, secret query values."""
-    parts = urlsplit(url)
-    found = [parts.username or "", parts.password or ""]
+    try:
+        parts = urlsplit(url)
+        found = [parts.username or "", parts.password or ""]
+    except ValueError:  # not a URL (an unclosed IPv6 bracket...): the flag's own check says so
+        return ()
     found += [v for k, v in parse_qsl(parts.query, keep_blank_values=False) if secret_query_name(k)]
     return tuple(s for s in found if s)
 

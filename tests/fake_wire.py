@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from loadgen.client.config import EngineConfig, Plan
 from loadgen.client.engine import Engine
@@ -177,6 +178,9 @@ def run(
     *,
     grace_s: float = 30.0,
     during: Callable[[Engine, VirtualClock, int], None] | None = None,
+    writer: Callable[[Path], RecordWriter] = RecordWriter,
+    api_key: str | None = None,
+    url: str = "http://fake/v1",
     **config: Any,
 ) -> tuple[dict[str, list[Any]], FakeTransport, Engine]:
     """Run an engine over a fake transport on virtual time, from ``start`` = 1 s on the clock;
@@ -186,10 +190,9 @@ def run(
     path = tmp_path / "r.arrows"
 
     async def go() -> Engine:
-        with RecordWriter(path) as w:
-            engine = Engine(
-                EngineConfig(url="http://fake/v1", model="m", run_id="t", **config), w, clock=clock, transport=wire
-            )
+        with writer(path) as w:
+            cfg = EngineConfig(url=url, model="m", run_id="t", **config)
+            engine = Engine(cfg, w, api_key=api_key, clock=clock, transport=wire)
             start = clock() + 1_000 * MS
             if during:
                 during(engine, clock, start)
@@ -203,3 +206,19 @@ def run(
 def at(t_ns: int, fn: Callable[[], object]) -> None:
     """Call ``fn`` when the (virtual) loop's clock reaches ``t_ns``."""
     asyncio.get_running_loop().call_at(t_ns / 1e9, fn)
+
+
+def sessions(sessions: list[Session], offsets_ms: list[float]) -> Plan:
+    """These sessions, session i starting at ``offsets_ms[i]``."""
+    offs = (np.asarray(offsets_ms, dtype=np.float64) * MS).astype(np.int64)
+    return Plan(session=lambda i: sessions[i], offsets_ns=offs, indices=np.arange(len(offs)))
+
+
+def turns_in(session: Session) -> int:
+    """How many requests a session makes: its turns and its subagents' turns."""
+    return sum(1 + sum(turns_in(c) for c in t.children) for t in session.turns)
+
+
+def last_message(ex: Exchange) -> str:
+    """The text of the turn a request sends (its last message)."""
+    return str(orjson.loads(ex.body)["messages"][-1]["content"])

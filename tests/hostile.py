@@ -3,7 +3,9 @@
 Choosing a behaviour, per request, first match wins:
 
 1. a path prefix: ``/b/<name>/v1/chat/completions`` (and ``/b/<name>/v1/completions``,
-   ``/b/<name>/v1/models``, ``/b/<name>/metrics``); ``HostileServer.url(name)`` is that base URL;
+   ``/b/<name>/v1/models``, ``/b/<name>/metrics``); ``HostileServer.url(name)`` is that base URL.
+   ``/b/<name>+<tag>/...`` (``url(name, tag)``) is the same behaviour under a path of its own,
+   so two tests using one behaviour at once can tell their requests apart in the log;
 2. the ``model`` field of the JSON request body, when it names a behaviour
    (``loadgen run --endpoint http://127.0.0.1:PORT/v1 --model usage-huge``);
 3. otherwise ``ok``, a well-formed stream.
@@ -73,7 +75,8 @@ def _route(path: str) -> tuple[str | None, str]:
     """(behaviour named by the path prefix, route) of a request path."""
     name = None
     if path.startswith("/b/"):
-        name, _, rest = path[3:].partition("/")
+        prefix, _, rest = path[3:].partition("/")
+        name = prefix.partition("+")[0]
         path = "/" + rest
     route = next((r for suffix, r in _ROUTES if path.endswith(suffix)), "other")
     return name, route
@@ -114,20 +117,34 @@ class HostileServer:
         self._writers: set[asyncio.StreamWriter] = set()
 
     # -- public
-    def url(self, behaviour: str | None = None) -> str:
-        """The base URL (ending in /v1) that selects ``behaviour``; the plain one for None."""
+    def url(self, behaviour: str | None = None, tag: str | None = None) -> str:
+        """The base URL (ending in /v1) that selects ``behaviour`` (under ``/b/<name>+<tag>``
+        when tagged); the plain one for None."""
         if behaviour is None:
             return f"http://{self.host}:{self.port}/v1"
         if behaviour not in BEHAVIOURS:
             raise KeyError(f"no hostile behaviour {behaviour!r}; there are {sorted(BEHAVIOURS)}")
         if behaviour in self._ports:
+            if tag is not None:
+                raise ValueError(f"{behaviour} acts on the connection (a port of its own): it takes no tag")
             return f"http://{self.host}:{self._ports[behaviour]}/v1"
-        return f"http://{self.host}:{self.port}/b/{behaviour}/v1"
+        prefix = behaviour if tag is None else f"{behaviour}+{tag}"
+        return f"http://{self.host}:{self.port}/b/{prefix}/v1"
 
-    def served(self, behaviour: str | None = None) -> list[Served]:
-        """A copy of the log (of one behaviour's requests, when named)."""
+    def served(self, behaviour: str | None = None, tag: str | None = None) -> list[Served]:
+        """A copy of the log: of one behaviour's requests when named, of those under its ``tag``
+        when tagged (untagged: those under no tag)."""
+
+        def chosen(r: Served) -> bool:
+            if behaviour is None:
+                return True
+            tagged = r["path"].startswith(f"/b/{behaviour}+")
+            if tag is None:
+                return r["behaviour"] == behaviour and not tagged
+            return r["path"].startswith(f"/b/{behaviour}+{tag}/")
+
         with self._lock:
-            rows = [r.copy() for r in self._log if behaviour is None or r["behaviour"] == behaviour]
+            rows = [r.copy() for r in self._log if chosen(r)]
         for r in rows:
             r["headers"] = list(r["headers"])
         return rows
@@ -167,6 +184,7 @@ class HostileServer:
                 route=route,
                 method=req.method if req else "",
                 path=req.path if req else "",
+                target=req.target if req else "",
                 headers=list(req.headers) if req else [],
                 body_bytes=body_bytes,
                 model=req.model if req and req.body else None,
@@ -228,7 +246,7 @@ class HostileServer:
                     body = orjson.loads(raw) if raw else None
                 except orjson.JSONDecodeError:
                     body = None
-                req = Request(method, path, _route(path)[1], headers, body if isinstance(body, dict) else None)
+                req = Request(method, path, _route(path)[1], headers, body if isinstance(body, dict) else None, target)
                 name = self._choose(path, req)
                 entry = self._entry(conn, self.port, name, req.route, req, len(raw))
                 out = Response(reader, writer, self.cap_bytes, entry)

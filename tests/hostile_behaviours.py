@@ -225,6 +225,26 @@ async def _close_after_headers(req: Request, out: Response) -> None:
     out.close()
 
 
+@behaviour("close-after-answer", "a normal answer on a keep-alive connection, then the server closes it")
+async def _close_after_answer(req: Request, out: Response) -> None:
+    await ok(req, out)
+    out.close("complete")
+
+
+@behaviour("empty-200", "200 text/event-stream with an empty body (Content-Length: 0)")
+async def _empty_200(req: Request, out: Response) -> None:
+    await out.respond(200, b"", content_type="text/event-stream")
+
+
+@behaviour("short-body", "Content-Length: 100000, two tokens, then the connection closes")
+async def _short_body(req: Request, out: Response) -> None:
+    await out.head(headers=(("Content-Length", "100000"),), chunked=False)
+    for p in normal_stream(req)[:3]:
+        await out.raw(b"data: " + p + b"\n\n")
+        await asyncio.sleep(GAP_S)
+    out.close()
+
+
 @behaviour("bad-chunked", "a chunked body whose chunk-size line is not hex")
 async def _bad_chunked(req: Request, out: Response) -> None:
     await out.head()
@@ -321,6 +341,35 @@ async def _markup(req: Request, out: Response) -> None:
     body = [make_chunk(req, HOSTILE_TEXT, model=HOSTILE_TEXT) for _ in range(req.tokens)]
     body += [make_chunk(req, finish=HOSTILE_TEXT, model=HOSTILE_TEXT), usage_chunk(make_usage()), b"[DONE]"]
     await out.events(body)
+    await out.end()
+
+
+@behaviour(
+    "markup-fields",
+    "escapes and markup in every other string: SSE event/id lines, id, object, system_fingerprint, role, "
+    "reasoning, refusal, tool call id/name/arguments, logprobs tokens, stop_reason, usage keys",
+)
+async def _markup_fields(req: Request, out: Response) -> None:
+    h = HOSTILE_TEXT
+    await out.head()
+    fields: dict[str, Any] = {"id": h, "object": h, "system_fingerprint": h, "created": 2**63 - 1}
+    call = {"index": 0, "id": h, "type": h, "function": {"name": h, "arguments": h}}
+    deltas = [
+        {"role": h, "content": ""},
+        {"reasoning_content": h, "reasoning": h},
+        {"tool_calls": [call]},
+        {"refusal": h},
+    ]
+    body = [make_chunk(req, delta=d, **fields) for d in deltas]
+    logprobs = {"content": [{"token": h, "logprob": -0.1, "bytes": [27, 91], "top_logprobs": [{"token": h}]}]}
+    body += [make_chunk(req, f" tok{i}", logprobs=logprobs, **fields) for i in range(req.tokens)]
+    body.append(make_chunk(req, finish="stop", stop_reason=h, **fields))
+    usage = make_usage() | {h: 1, "completion_tokens_details": {"reasoning_tokens": 2, h: h}}
+    body += [usage_chunk(usage), b"[DONE]"]
+    sse_head = ("event: " + h + "\nid: " + h + "\nretry: 99999999999999999999\n").encode()
+    for p in body:
+        await out.chunk(sse_head + b"data: " + p + b"\n\n")
+        await asyncio.sleep(GAP_S)
     await out.end()
 
 

@@ -62,7 +62,8 @@ class Served(TypedDict):
     behaviour: str
     route: str  # chat | completions | models | metrics | connect | other
     method: str
-    path: str
+    path: str  # without the query
+    target: str  # the request target as received: path and query (secrets intact)
     headers: list[tuple[str, str]]  # as received, in order, secrets intact
     body_bytes: int
     model: str | None
@@ -77,10 +78,11 @@ class Capped(Exception):
 
 class Request(NamedTuple):
     method: str
-    path: str
+    path: str  # without the query
     route: str
     headers: list[tuple[str, str]]
     body: dict[str, Any] | None
+    target: str = ""  # path and query, as received
 
     def header(self, name: str) -> str | None:
         name = name.lower()
@@ -252,8 +254,10 @@ def echo_forms(value: str) -> dict[str, str]:
 
 
 def echo_text(req: Request) -> str:
+    """The request's Authorization header in each form, and its target (a query may carry a key)."""
     auth = req.header("Authorization") or ""
-    return " ".join(f"{k}={v}" for k, v in echo_forms(auth).items())
+    forms = [f"{k}={v}" for k, v in echo_forms(auth).items()]
+    return " ".join([*forms, f"target={req.target}", f"target-url={quote(req.target, safe='')}"])
 
 
 def error_json(message: str, code: int) -> bytes:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from loadgen.cli.flags import Parser
+from loadgen.cli.flags import Parser, attach_dash_values
 from loadgen.cli.main import build_parser
 
 # ~40 interpreters start in the first test's set-up: ~25 s of CPU, which on a loaded 2-core box
@@ -319,3 +319,98 @@ def _required(path: str) -> list[str]:
 def test_sub_parsers_are_of_the_one_line_kind() -> None:
     sub = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction))
     assert all(isinstance(p, Parser) for p in sub.choices.values())
+
+
+# --------------------------------------------------------------------------- bad load flags, in process
+
+# (argv, a fragment of the one error line). Every list flag's error names the flag, the list
+# and the value at fault; a value may start with a dash (``--rates -1,2``, see flags.Parser).
+BAD_LOAD_FLAGS = [
+    (("sweep", "--rates", "1,,2"), "--rates '1,,2': an empty value"),
+    (("sweep", "--rates", "1,2,"), "--rates '1,2,': an empty value"),
+    (("sweep", "--rates", " "), "--rates ' ': give at least one value"),
+    (("sweep", "--rates", "-1,2"), "--rates '-1,2': -1 must be > 0"),
+    (("sweep", "--rates=-1,2"), "--rates '-1,2': -1 must be > 0"),
+    (("sweep", "--rates", "0,1"), "--rates '0,1': 0 must be > 0"),
+    (("sweep", "--concurrency", "0,4"), "--concurrency '0,4': 0 must be > 0"),
+    (("sweep", "--concurrency", "-2:8:x2"), "--concurrency '-2:8:x2': need 0 < START"),
+    (("sweep", "--concurrency", "1.5,4"), "--concurrency '1.5,4': 1.5 is not a whole number"),
+    (("sweep", "--rates", "nan,2"), "--rates 'nan,2': 'nan' is not a finite number"),
+    (("sweep", "--rates", "2,inf"), "--rates '2,inf': 'inf' is not a finite number"),
+    (("sweep", "--rates", "1:inf:x2"), "--rates '1:inf:x2': 'inf' is not a finite number"),
+    (("sweep", "--rates", "1:8:xnan"), "--rates '1:8:xnan': 'nan' is not a finite number"),
+    (("sweep", "--rates", "1:1000:+1"), "--rates '1:1000:+1': the range has more than 100 points"),
+    (("sweep", "--rates", "1,2,1"), "--rates '1,2,1': 1 is repeated"),
+    (("sweep", "--rates", "1.001,1.002"), "1 is repeated"),  # the same point once rounded
+    (("sweep", "--rates", "fast"), "--rates 'fast': 'fast' is not a number"),
+    (("sweep", "--point-duration", "0"), "argument --point-duration: 0 is out of range"),
+    (("sweep", "--drain", "-1"), "argument --drain: -1 is out of range"),
+    (("run", "--rate", "-1"), "argument --rate: -1 is out of range"),
+    (("run", "--rate", "-1,2"), "argument --rate: '-1,2' is not a number"),
+    (("run", "--rate", "nan"), "argument --rate: 'nan' is not a finite number"),
+    (("run", "--rate", "inf"), "argument --rate: 'inf' is not a finite number"),
+    (("run", "--concurrency", "0"), "argument --concurrency: 0 is out of range"),
+    (("run", "--concurrency", "-4"), "argument --concurrency: -4 is out of range"),
+    (("run", "--duration", "0"), "argument --duration: 0 is out of range"),
+    (("run", "--duration", "-5"), "argument --duration: -5 is out of range"),
+    (("run", "--requests", "0"), "argument --requests: 0 is out of range"),
+    (("run", "--requests", "-3"), "argument --requests: -3 is out of range"),
+    (("run", "--drain", "-1"), "argument --drain: -1 is out of range"),
+    (("run", "--max-inflight", "0"), "argument --max-inflight: 0 is out of range"),
+]
+
+
+def _with_defaults(argv: tuple[str, ...], url: str, out: Path) -> list[str]:
+    """The case's flags, plus a good endpoint, load and folder where the case gives none."""
+    given = {a.split("=", 1)[0] for a in argv}
+    extra = ["--endpoint", url, "--out", str(out)]
+    if argv[0] == "run" and not given & {"--rate", "--concurrency"}:
+        extra += ["--rate", "5"]
+    if argv[0] == "run" and not given & {"--requests", "--duration", "--concurrency"}:
+        extra += ["--requests", "3"]
+    if argv[0] == "sweep" and not given & {"--rates", "--concurrency"}:
+        extra += ["--rates", "1"]
+    return [*argv, *extra]
+
+
+@pytest.fixture(scope="module")
+def counting() -> Iterator[CountingServer]:
+    with CountingServer() as server:
+        yield server
+
+
+@pytest.mark.parametrize(("argv", "says"), BAD_LOAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_LOAD_FLAGS])
+def test_a_bad_load_flag_is_one_line_naming_it_and_exit_code_2(
+    argv: tuple[str, ...], says: str, counting: CountingServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadgen.cli.main import main
+
+    try:
+        code = main(_with_defaults(argv, counting.url, tmp_path / "run"))
+    except SystemExit as stop:  # argparse's errors
+        code = stop.code if isinstance(stop.code, int) else 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("loadgen: error: "), lines
+    assert says in lines[0]
+    assert counting.requests == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "read_as"),
+    [
+        (["--rates", "-1,2"], ["--rates=-1,2"]),
+        (["run", "--rate", "-.5", "--seed", "3"], ["run", "--rate=-.5", "--seed", "3"]),
+        (["--rates", "-2:8:x2"], ["--rates=-2:8:x2"]),
+        (["--rates=-1,2"], ["--rates=-1,2"]),  # already one token
+        (["--a", "-1", "-2"], ["--a=-1", "-2"]),  # one value per flag
+        (["--rates", "-x"], ["--rates", "-x"]),  # a dash and a letter is an option
+        (["-o", "-1"], ["-o", "-1"]),  # short options are left to argparse
+        (["report", "-1"], ["report", "-1"]),  # after a positional: argparse decides
+        (["--", "--rates", "-1"], ["--", "--rates", "-1"]),  # nothing after --
+    ],
+)
+def test_a_value_starting_with_a_dash_and_a_digit_belongs_to_the_flag_before_it(
+    argv: list[str], read_as: list[str]
+) -> None:
+    assert attach_dash_values(argv) == read_as

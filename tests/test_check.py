@@ -271,9 +271,7 @@ def test_overlap_is_inconclusive_when_the_client_stalled() -> None:
 def test_a_request_the_server_dropped_on_a_stale_keep_alive_connection_is_sent_once_more() -> None:
     """A server that closes an idle pooled connection as the next request arrives (llama.cpp does)
     answered nothing: the check resends once, as the engine does, instead of failing the item."""
-    import aiohttp
-
-    from loadgen.conformance.check import Checker
+    from loadgen.conformance.check import Checker, check_session
 
     served: list[int] = []
 
@@ -292,11 +290,61 @@ def test_a_request_the_server_dropped_on_a_stale_keep_alive_connection_is_sent_o
     async def go() -> list[Wire]:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        async with server, aiohttp.ClientSession() as http:
-            checker = Checker(CheckOptions(url=f"http://127.0.0.1:{port}/v1"), http)
+        opts = CheckOptions(url=f"http://127.0.0.1:{port}/v1")
+        async with server, check_session(opts) as http:
+            checker = Checker(opts, http)
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
             return [await checker.request("POST", url, b"{}") for _ in range(2)]  # aiohttp itself retries a GET
 
     first, second = asyncio.run(go())
     assert (first.status, second.status) == (200, 200) and second.error is None
     assert len(served) == 2  # the second request was answered on a fresh connection
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize(("fault", "never"), [("", "fail"), ("buffered", "pass")])
+def test_a_cpu_busy_thread_in_the_client_process_flips_no_timing_verdict(fault: str, never: str) -> None:
+    """A thread spinning on the CPU takes the GIL from the client's event loop (and the simulator's)
+    for whole switch intervals: streaming is still not called buffered, nor a burst streaming."""
+    import threading
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+
+    hog = threading.Thread(target=spin, name="cpu hog", daemon=True)
+    hog.start()
+    try:
+        with sim(fault, itl_s=0.010) as url:
+            out, status = check(url)
+    finally:
+        stop.set()
+        hog.join()
+    msgs = {c.name: c.message for c in out.cases}
+    for item in TIMING_ITEMS:
+        assert status[item] != never, msgs[item]
+    if not fault:
+        assert out.exit_code == 0, [(c.name, c.status, c.message) for c in out.cases if c.status == "fail"]
+
+
+def test_a_timing_verdict_short_of_pass_is_measured_once_more() -> None:
+    from loadgen.conformance.check import Checker
+
+    checker = Checker(CheckOptions(url="http://127.0.0.1:9/v1"), None)  # type: ignore[arg-type]  # sends nothing
+    calls: list[int] = []
+
+    def again(verdict: tuple[str, str]) -> Any:
+        async def measure() -> tuple[str, str]:
+            calls.append(1)
+            return verdict
+
+        return measure
+
+    busy = asyncio.run(checker._timing("real-streaming", ("fail", "a burst"), again(("pass", "spread"))))
+    assert (busy.status, len(calls)) == ("pass", 1) and "measured twice" in busy.message
+    buffered = asyncio.run(checker._timing("real-streaming", ("fail", "a burst"), again(("fail", "a burst"))))
+    assert buffered.status == "fail" and len(calls) == 2
+    fine = asyncio.run(checker._timing("real-streaming", ("pass", "spread"), again(("fail", "x"))))
+    assert fine.status == "pass" and len(calls) == 2  # a pass is not measured again

@@ -62,3 +62,15 @@ def test_the_defaults_are_valid_and_the_configs_frozen() -> None:
         cfg.max_inflight = 5  # type: ignore[misc]  # the point: it cannot be changed
     with pytest.raises(ConfigError):  # replace builds anew, so it validates too
         dataclasses.replace(cfg, timeouts=dataclasses.replace(cfg.timeouts, idle=NAN))
+
+
+@pytest.mark.parametrize(
+    "url,api,request_url",
+    [
+        ("http://127.0.0.1:8000/v1", "chat", "http://127.0.0.1:8000/v1/chat/completions"),
+        ("http://127.0.0.1:8000/v1/", "completions", "http://127.0.0.1:8000/v1/completions"),
+        ("http://u:p@h:1/v1?api-key=K&x=1", "chat", "http://u:p@h:1/v1/chat/completions?api-key=K&x=1"),
+    ],
+)
+def test_requests_go_to_the_base_path_with_its_query_kept_after_it(url: str, api: str, request_url: str) -> None:
+    assert EngineConfig(url=url, model="m", api=api).request_url == request_url

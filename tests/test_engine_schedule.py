@@ -130,11 +130,16 @@ def test_a_stop_gives_requests_in_flight_the_grace_and_sends_nothing_new(tmp_pat
         grace_s=0.5,
         during=stop_at_500,
     )
-    assert rec["request"] == [0, 1]  # one record each for what was sent; the 800 ms session never was
-    assert [w.seq for w in wire.wrote] == [0, 1]
-    assert rec["status"] == ["ok", "cancelled"]  # ended inside the grace; cut off at its end
-    assert rec["error"][1] == "run stopped before the answer ended"
+    assert rec["request"] == [0, 1, 2]  # one record each, the 800 ms session's too
+    assert [w.seq for w in wire.wrote] == [0, 1]  # ... which was never sent
+    assert rec["status"] == ["ok", "cancelled", "not_sent"]  # ended inside the grace; cut off at its end
+    assert rec["error"][1:] == [
+        "cancelled before the answer ended: run stopped (interrupted), drain of 0.5 s over",
+        "not sent: run stopped (interrupted)",
+    ]
+    assert rec["t_sent"][2] is None and rec["t_done"][2] is None
     start = rec["t_sched"][0] - 300 * MS
+    assert rec["t_sched"][2] == start + 800 * MS  # its planned instant, kept
     assert start + 1000 * MS <= rec["t_done"][1] < start + 1000 * MS + TICKS
     assert len(rec["chunk_ns"][1]) == 6  # its tokens at 450, 550, ... 950 ms are kept
 
@@ -147,7 +152,8 @@ def test_a_request_held_when_the_run_is_stopped_never_goes_out(tmp_path: Path) -
         tmp_path, lambda c: FakeTransport(c, Answer.tokens(3)), plan([100, 5000]), grace_s=0.0, during=stop_while_held
     )
     assert wire.wrote == [] and wire.dropped == [0]
-    assert rec["status"] == ["cancelled"] and rec["t_sent"] == [None]
+    assert rec["status"] == ["not_sent", "not_sent"] and rec["t_sent"] == [None, None]
+    assert rec["error"] == ["not sent: run stopped (interrupted)"] * 2
 
 
 def test_without_the_fast_path_requests_are_prepared_at_their_instant(tmp_path: Path) -> None:

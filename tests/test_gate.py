@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from hand_runs import make_run
 
 from loadgen.analysis.window import Window
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run
@@ -22,11 +21,6 @@ from loadgen.conformance.ci_outputs import md_escape, to_junit, to_markdown
 from loadgen.conformance.gate import exit_code, gate_run, parse_tolerance
 from loadgen.conformance.slo import load_profile
 from loadgen.errors import ConfigError
-from loadgen.records import Record, to_batch
-
-MS = 1_000_000
-T0 = 10_000_000_000
-
 
 # --------------------------------------------------------------------------- verdict arithmetic
 
@@ -143,82 +137,7 @@ def test_exit_codes_and_tolerance() -> None:
         parse_tolerance("lots")
 
 
-# --------------------------------------------------------------------------- run folders by hand
-
-
-def make_run(
-    d: Path,
-    ttft_ms: list[float],
-    *,
-    itl_ms: float = 10.0,
-    tokens: int = 8,
-    gap_ms: float = 100.0,
-    failed: int = 0,
-    model: str = "m",
-    turns: int = 1,
-    meta: dict | None = None,
-    point: int = 0,
-    append: bool = False,
-) -> Path:
-    """A run folder whose request i has TTFT ttft_ms[i]; ``failed`` more requests fail."""
-    d.mkdir(parents=True, exist_ok=True)
-    recs = []
-    for i, t in enumerate(ttft_ms):
-        sched = T0 + point * 10**12 + int(i * gap_ms * MS)
-        first = sched + int(t * MS)
-        chunks = [first + int(k * itl_ms * MS) for k in range(tokens)]
-        recs.append(
-            Record(
-                run_id="r",
-                point=point,
-                request=i,
-                session=i // turns,
-                turn=i % turns,
-                model=model,
-                t_sched=sched,
-                t_sent=sched,
-                t_first=first,
-                t_last=chunks[-1],
-                t_done=chunks[-1] + MS,
-                chunk_ns=chunks,
-                chunk_tokens=[1] * tokens,
-                output_tokens=tokens,
-                output_tokens_requested=tokens,
-                output_tokens_source="usage",
-                finish_reason="length",
-            )
-        )
-    for j in range(failed):
-        sched = T0 + point * 10**12 + int((len(ttft_ms) + j) * gap_ms * MS)
-        recs.append(
-            Record(
-                run_id="r",
-                point=point,
-                request=len(ttft_ms) + j,
-                session=10**6 + j,
-                t_sched=sched,
-                t_sent=sched,
-                t_done=sched + MS,
-                status="http_error",
-                http_status=500,
-                error="boom",
-            )
-        )
-    table = pa.Table.from_batches([to_batch(recs)])
-    path = d / "records.parquet"
-    if append and path.exists():
-        table = pa.concat_tables([pq.read_table(path), table])
-    pq.write_table(table, path)
-    doc = {
-        "run_id": "r",
-        "endpoint": "http://127.0.0.1:1/v1",
-        "model": model,
-        "settings": {"arrival": {"kind": "constant", "rate": 1000 / gap_ms}, "warmup_s": 0, "cooldown_s": 0},
-        "workload": {"name": "w"},
-    }
-    doc.update(meta or {})
-    (d / "run.json").write_bytes(orjson.dumps(doc))
-    return d
+# --------------------------------------------------------------------------- run folders (tests/hand_runs.py)
 
 
 def profile(tmp_path: Path, criteria: str, head: str = "") -> Path:
@@ -247,13 +166,68 @@ def test_gate_pass_fail_inconclusive(tmp_path: Path) -> None:
 
 
 def test_failures_are_bounded_and_min_samples_demotes(tmp_path: Path) -> None:
+    ttft_p50 = '  - {name: TTFT p50, metric: ttft, statistic: p50, bound: "<= 200 ms"}\n'
     prof = load_profile(
-        profile(tmp_path, TTFT_P99 + '  - {metric: success_rate, bound: ">= 99 %"}\n', head="min_samples: 1000\n")
+        profile(tmp_path, ttft_p50 + '  - {metric: success_rate, bound: ">= 99 %"}\n', head="min_samples: 1000\n")
     )
     run = make_run(tmp_path / "r", [50.0] * 300, failed=30)
     cases = {c.name: c for c in gate_run(run, prof).cases}
-    assert cases["TTFT p99"].status == "inconclusive" and "min_samples 1000" in cases["TTFT p99"].message
+    # the median is bounded even with the 30 failures counted as censored samples: it would pass
+    assert cases["TTFT p50"].status == "inconclusive" and "min_samples 1000" in cases["TTFT p50"].message
     assert cases["success_rate"].status == "fail"
+
+
+def test_a_verdict_on_a_lagging_client_is_inconclusive(tmp_path: Path) -> None:
+    """A FAIL decided on a run whose client fell 518 ms behind is no FAIL: INCONCLUSIVE, exit 3, with why."""
+    prof = load_profile(profile(tmp_path, TTFT_P99))
+    lagging = make_run(tmp_path / "lag", [600.0] * 400, lag_ms=518.0)
+    out = gate_run(lagging, prof)
+    assert (out.status, out.exit_code) == ("inconclusive", 3)
+    (case,) = out.cases
+    assert case.message.startswith("would fail (") and "schedule lag p99 is 518.0 ms" in case.message
+    assert case.data["validity"] == {"state": "suspect", "codes": ["client_lag"]}
+    assert dict(out.header)["validity"].startswith("suspect: schedule lag p99 is 518.0 ms")
+    # the same records sent on time fail outright
+    assert gate_run(make_run(tmp_path / "on-time", [600.0] * 400), prof).exit_code == 1
+
+
+def test_too_few_samples_is_left_to_the_bounds(tmp_path: Path) -> None:
+    """300 requests are short of a bounded two-sided p99 (few_samples), yet a clear FAIL stays a FAIL:
+    the gate's own one-sided bounds decide whether the samples suffice."""
+    prof = load_profile(profile(tmp_path, TTFT_P99))
+    out = gate_run(make_run(tmp_path / "slow", [50.0] * 250 + [400.0] * 50), prof)
+    assert out.status == "fail" and any("a p99 with a bounded 95% interval" in n for n in out.notes)
+
+
+def test_a_suspect_baseline_decides_nothing(tmp_path: Path) -> None:
+    prof = load_profile(profile(tmp_path, '  - {name: TTFT p50, metric: ttft, statistic: p50, bound: "<= 1 s"}\n'))
+    base = make_run(tmp_path / "base", [100.0] * 300, lag_ms=40.0)
+    worse = make_run(tmp_path / "worse", [130.0] * 300)
+    out = gate_run(worse, prof, baseline=base)
+    slo, vs = out.cases
+    assert slo.status == "pass"
+    assert vs.status == "inconclusive" and "but the baseline is suspect: schedule lag p99 is 40.0 ms" in vs.message
+    assert out.exit_code == 3
+
+
+def test_an_interrupted_run_says_so_first_and_decides_nothing(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from loadgen.conformance.ci_outputs import print_outcome
+
+    prof = load_profile(profile(tmp_path, TTFT_P99))
+    meta = {"state": "interrupted", "interrupted_reason": "SIGINT"}
+    run = make_run(tmp_path / "cut", list(np.linspace(20, 120, 400)), meta=meta)
+    out = gate_run(run, prof)
+    assert out.header[0][0] == "INTERRUPTED" and "SIGINT" in out.header[0][1]
+    assert (out.status, out.exit_code) == ("inconclusive", 3)
+    assert out.cases[0].message.startswith("would pass (")
+    buf = io.StringIO()
+    print_outcome(out, Console(file=buf, width=200))
+    assert buf.getvalue().splitlines()[0].startswith("INTERRUPTED: this run was interrupted (SIGINT)")
+    assert cli_main(["gate", str(run), "--slo", str(tmp_path / "prof.yaml")]) == 3
 
 
 def test_session_duration(tmp_path: Path) -> None:
@@ -400,8 +374,16 @@ def _sim_run(url: str, out: Path) -> Path:
     from loadgen.schedule import Arrival
     from loadgen.workload.base import SyntheticChat
 
+    # The client's lag is not what this test is about: a busy box delays sends by tens of ms, and the gate
+    # would rightly call a verdict on a lagging client INCONCLUSIVE (test_suspect_run_is_inconclusive).
     settings = RunSettings(
-        endpoint=url, model="sim", arrival=Arrival("constant", rate=40.0), duration_s=None, requests=80, drain_s=10.0
+        endpoint=url,
+        model="sim",
+        arrival=Arrival("constant", rate=40.0),
+        duration_s=None,
+        requests=80,
+        drain_s=10.0,
+        lag_limit_ms=500.0,
     )
     execute(settings, SyntheticChat(input_tokens=16, output_tokens=12, seed=0), out)
     return out

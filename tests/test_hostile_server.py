@@ -27,11 +27,12 @@ def server() -> Iterator[HostileServer]:
 
 
 def _request(base: str, route: str, model: str | None = None, key: str = "k") -> tuple[str, int, bytes]:
-    """(host, port, the raw request bytes) for ``route`` under a base URL; the server is told to close after."""
+    """(host, port, the raw request bytes) for ``route`` under a base URL (its query kept after the
+    route's path); the server is told to close after."""
     u = urlsplit(base)
     path = {"models": u.path + "/models", "metrics": u.path[: -len("/v1")] + "/metrics"}.get(
         route, u.path + "/chat/completions"
-    )
+    ) + (f"?{u.query}" if u.query else "")
     body = orjson.dumps({"model": model, "stream": True, "max_tokens": 4}) if model else b""
     method = "POST" if route in ("completions", "connect") else "GET"
     head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n"
@@ -76,6 +77,26 @@ def test_a_behaviour_is_chosen_by_path_prefix_then_model_then_ok(server: Hostile
     entry = next(e for e in server.served() if ("Authorization", f"Bearer key-{how}") in e["headers"])
     assert entry["behaviour"] == chosen
     assert answer.startswith(b"HTTP/1.1 404" if how == "unknown prefix" else b"HTTP/1.1 200")
+
+
+def test_a_tag_gives_a_behaviour_a_path_of_its_own_in_the_log(server: HostileServer) -> None:
+    tagged = server.url("no-done", "row-a")
+    assert tagged.endswith("/b/no-done+row-a/v1")
+    _get(tagged + "?api-key=q1", "completions", "x", key="tagged")
+    _get(server.url("no-done"), "completions", "x", key="untagged")
+    [mine] = server.served("no-done", "row-a")
+    assert mine["behaviour"] == "no-done" and ("Authorization", "Bearer tagged") in mine["headers"]
+    assert mine["target"] == "/b/no-done+row-a/v1/chat/completions?api-key=q1"
+    assert mine["path"] == "/b/no-done+row-a/v1/chat/completions"
+    assert all(("Authorization", "Bearer tagged") not in e["headers"] for e in server.served("no-done"))
+    with pytest.raises(ValueError, match="no tag"):
+        server.url("reset-connect", "row-b")
+
+
+def test_echo_auth_sends_back_the_authorization_header_and_the_query(server: HostileServer) -> None:
+    answer = _get(server.url("echo-auth") + "?api-key=q%2F2", "completions", "x", key="s3cr/t+=")
+    assert b"raw=Bearer s3cr/t+=" in answer and b"key-b64=czNjci90Kz0=" in answer
+    assert b"target=/b/echo-auth/v1/chat/completions?api-key=q%2F2" in answer
 
 
 def test_models_lists_the_behaviour_by_name_and_metrics_is_absent(server: HostileServer) -> None:

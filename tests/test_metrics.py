@@ -99,7 +99,7 @@ def test_output_token_thresholds(chunks, n_ttft: int, n_tpot: int, n_itl: int, b
     assert s.single_burst == burst
 
 
-def test_failures_and_cancellations_are_counted_not_timed() -> None:
+def test_failures_and_cancellations_are_counted_and_timed_censored() -> None:
     t = table(
         rec(0, [(10, 1), (20, 1)]),
         rec(100, [], status="http_error", http_status=500, error="boom"),
@@ -110,7 +110,11 @@ def test_failures_and_cancellations_are_counted_not_timed() -> None:
     s = summarize(t, whole(t))
     assert s.requests == 5 and s.ok == 1 and s.failed == 3 and s.cancelled == 1
     assert s.by_status["http_error"] == 1 and s.by_status["bad_stream"] == 0
-    assert (s.ttft.n, s.e2e.n, s.tpot.n, s.itl.n, s.icl.n) == (1, 1, 1, 1, 1)
+    # Every request counts (docs/metrics.md, "Censoring"): TTFT is exact for the 4 that got a
+    # first token however they ended, censored for the http_error; E2E exact only for the ok one.
+    assert (s.ttft.n, s.ttft.censored, s.e2e.n, s.e2e.censored) == (5, 1, 5, 4)
+    # TPOT and ITL from every request with >= 2 tokens, cut ones over what they received.
+    assert (s.tpot.n, s.itl.n, s.icl.n) == (3, 2, 2)
     assert s.schedule_lag.n == 5  # lag is the client's: every sent request
     assert s.errors_by_status == {"cancelled": 1, "disconnected": 1, "http_error": 1, "timeout": 1}
     assert s.errors_by_http == {"500": 1, "none": 3}
@@ -286,7 +290,7 @@ def test_token_accounting() -> None:
     assert "differ from the streamed count" in warnings
     assert "+20.0 %" in warnings
     assert "ignore_eos" in warnings
-    assert "only 3 TTFT samples" in warnings and "at least 368" in warnings
+    assert "only 3 TTFT" in warnings and "at least 368" in warnings
 
 
 def test_mismatched_token_list_falls_back_to_one_per_chunk() -> None:
@@ -309,7 +313,11 @@ def test_summary_json_is_strict_json() -> None:
     d = summary_to_json(summarize(t, slo=SLO(e2e_ms=100)))
     text = json.dumps(d, allow_nan=False)
     back = json.loads(text)
-    assert back["ttft"]["percentiles"]["p99"]["hi"] == "inf"
+    p99 = back["ttft"]["percentiles"]["p99"]  # no "inf" strings: null and a flag
+    assert (p99["hi"], p99["hi_unbounded"]) == (None, True)
+    # the timeout never got a first token: censored at its elapsed time, above every exact TTFT
+    assert (back["ttft"]["n"], back["ttft"]["censored"], p99["lower_bound"]) == (11, 1, True)
+    assert "inf" not in text
     assert back["slo"] == {"ttft_ms": None, "tpot_ms": None, "e2e_ms": 100}
     assert back["window"]["start_ns"] == ns(0)
 

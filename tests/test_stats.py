@@ -126,7 +126,17 @@ def test_describe_and_strict_json() -> None:
     assert d.pct(99.9)[2] == INF
     doc = json.loads(json.dumps(d.to_json(), allow_nan=False))
     assert doc["n"] == 5 and doc["mean"] == 3.0
-    assert doc["percentiles"]["p99"]["hi"] == "inf"  # unbounded at n = 5, written so strict JSON can hold it
-    assert doc["percentiles"]["p50"] == {"value": 3.0, "lo": "-inf", "hi": "inf"}
+    # unbounded at n = 5: null plus a flag, so strict JSON holds it and no reader parses "inf"
+    assert doc["percentiles"]["p99"]["hi"] is None and doc["percentiles"]["p99"]["hi_unbounded"]
+    assert doc["percentiles"]["p50"] == {
+        "value": 3.0,
+        "lower_bound": False,
+        "lo": None,
+        "lo_lower_bound": False,
+        "hi": None,
+        "lo_unbounded": True,
+        "hi_unbounded": True,
+    }
+    assert doc["censored"] == 0 and not doc["mean_lower_bound"]
     empty = json.loads(json.dumps(describe([]).to_json(), allow_nan=False))
     assert empty["mean"] is None and empty["min"] is None

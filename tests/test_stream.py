@@ -99,6 +99,8 @@ def test_openai_chat_with_include_usage() -> None:
     assert (t.prompt_tokens, t.completion_tokens, t.cached_tokens) == (12, 4, 0)
     assert t.text == "Hello w\u00f6rld!"
     assert t.reconcile() == ([1, 1, 2], 4, "usage")
+    assert (t.t_first_content, t.reasoning_tokens) == (2000, 0)
+    assert t.problems == []
 
 
 def test_one_read_stamps_every_event_with_its_time() -> None:
@@ -217,29 +219,76 @@ def test_reasoning_deltas_are_output(field: str) -> None:
     )
     t = tally_of("chat", reads, keep_text=True)
     assert t.chunk_ns == [2000, 3000, 4000]  # TTFT starts at the first reasoning delta
+    assert t.t_first_content == 4000  # visible content starts with the answer
     assert t.text == "Let me think42"
-    assert t.reconcile() == ([1, 2, 2], 5, "usage")
+    assert t.reconcile() == ([1, 2, 2], 5, "usage")  # reasoning tokens are output tokens (ITL)
 
 
-def test_tool_call_fragments_are_output() -> None:
+@pytest.mark.parametrize("keep_text", [False, True])
+def test_first_content_is_the_first_chunk_with_visible_text(keep_text: bool) -> None:
+    reads = sse(
+        vllm_chunk({"role": "assistant", "content": ""}, None),
+        vllm_chunk({"reasoning_content": "hm"}, None),
+        vllm_chunk({"reasoning": "so", "content": ""}, None),
+        vllm_chunk({"content": "A", "reasoning": "and"}, None),  # content beside reasoning: visible
+        vllm_chunk({"content": "B"}, None),
+        b"[DONE]",
+    )
+    t = tally_of("chat", reads, keep_text=keep_text)
+    assert t.chunk_ns == [2000, 3000, 4000, 5000]
+    assert t.t_first_content == 4000
+
+
+def test_reasoning_only_stream_has_no_first_content() -> None:
+    reads = sse(vllm_chunk({"reasoning_content": "hm"}, None), vllm_chunk({}, None, finish="length"), b"[DONE]")
+    t = tally_of("chat", reads)
+    assert t.chunk_ns == [1000] and t.t_first_content is None
+
+
+def test_completions_text_is_visible_content() -> None:
+    t = tally_of("completions", events_of(LLAMACPP_COMPLETIONS))
+    assert t.t_first_content == 1000 == t.chunk_ns[0]
+
+
+@pytest.mark.parametrize(
+    "details, expected",
+    [
+        ({"reasoning_tokens": 27}, 27),
+        ({"reasoning_tokens": 0, "audio_tokens": 0}, 0),
+        (None, None),  # vLLM: completion_tokens_details: null
+        ({}, None),
+    ],
+)
+def test_reasoning_tokens_come_from_usage(details: Json | None, expected: int | None) -> None:
+    last = usage_chunk(40)
+    last["usage"]["completion_tokens_details"] = details
+    t = tally_of("chat", sse(vllm_chunk({"reasoning_content": "hm"}, None), last, b"[DONE]"))
+    assert t.reasoning_tokens == expected
+    assert t.completion_tokens == 40 and t.problems == []
+
+
+def test_tool_call_fragments_are_output_and_the_named_header_is_not() -> None:
     def tc(call: Json) -> Json:
         return vllm_chunk({"tool_calls": [call]}, None)
 
     reads = sse(
         vllm_chunk({"role": "assistant", "content": None}, None),
+        # the header: id, type and name, empty arguments; sent at receipt, not generated
         tc({"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}),
         tc({"index": 0, "function": {"arguments": '{"city"'}}),
         tc({"index": 0, "function": {"arguments": ': "Paris"}'}}),
         tc({"index": 0, "id": "call_2", "type": "function"}),  # header only: no name, no arguments
+        tc({"index": 0, "function": {"name": "get_time"}}),  # a name alone: no arguments key at all
         vllm_chunk({"tool_calls": []}, None),
         vllm_chunk({}, None, finish="tool_calls"),
         b"[DONE]",
     )
     t = tally_of("chat", reads, keep_text=True)
-    assert t.chunk_ns == [2000, 3000, 4000]
+    assert t.chunk_ns == [3000, 4000]  # TTFT starts at the first argument fragment
     assert t.text == '{"city": "Paris"}'
     assert t.finish_reason == "tool_calls"
-    assert t.reconcile() == ([1, 1, 1], 3, "chunks")
+    assert t.reconcile() == ([1, 1], 2, "chunks")
+    assert t.t_first_content is None  # arguments are output, not visible content
 
 
 def test_empty_content_chunks_carry_no_output() -> None:
@@ -259,17 +308,29 @@ def test_empty_content_chunks_carry_no_output() -> None:
     assert t.reconcile() == ([1, 1], 2, "chunks")
 
 
-def test_several_choices_count_together() -> None:
+def test_only_the_first_choice_counts_and_others_are_said_once() -> None:
+    # loadgen asks for n = 1; a server sending more choices must not multiply the count
     reads = sse(
         {"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]},
-        {"choices": [{"index": 1, "delta": {"content": "c"}}]},
+        {"choices": [{"index": 3, "delta": {"content": "c"}, "finish_reason": "length"}]},
+        {"choices": [{"delta": {"content": "d"}}]},  # no index: the one choice asked for
+        {"choices": [{"index": 2, "delta": {"content": "e"}}, {"index": 0, "delta": {"content": "f"}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        usage_chunk(3),
     )
-    t = tally_of("chat", reads)
-    assert t.chunk_tokens == [2, 1]
-    assert t.reconcile() == ([2, 1], 3, "chunks")
-    t = tally_of("chat", reads + sse(usage_chunk(6)))
-    assert t.reconcile() == ([3, 3], 6, "usage")  # surplus spread over the observed counts
+    t = tally_of("chat", reads, keep_text=True)
+    assert t.chunk_ns == [1000, 3000, 4000] and t.chunk_tokens == [1, 1, 1]
+    assert t.text == "adf"
+    assert t.finish_reason == "stop"  # index 3's "length" is not this answer's
+    assert t.problems == ["extra choices (index 1) ignored"]
+    assert t.reconcile() == ([1, 1, 1], 3, "usage")
+
+
+def test_ten_thousand_choices_per_chunk_count_one_token_each() -> None:
+    wide = {"choices": [{"index": i, "delta": {"content": "x"}, "finish_reason": None} for i in range(10_000)]}
+    t = tally_of("chat", sse(wide, wide, usage_chunk(8)))
+    assert t.reconcile() == ([4, 4], 8, "usage")
+    assert len(t.problems) == 1
 
 
 def test_stream_without_done_or_final_blank_line() -> None:
@@ -356,10 +417,17 @@ def test_in_stream_error_object(obj: Json, message: str, code: object) -> None:
     assert isinstance(e.value, BadStream)
 
 
-def test_in_stream_error_message_is_truncated() -> None:
+def test_in_stream_error_message_is_cut_and_cleaned() -> None:
     with pytest.raises(StreamError) as e:
         tally_of("chat", sse({"error": {"message": "m" * 1000}}))
-    assert len(e.value.message) == 200
+    assert e.value.message == "m" * 299 + "\u2026"
+    with pytest.raises(StreamError) as e:
+        tally_of("chat", sse({"error": {"message": "\x1b[31mred\x1b[0m\n\u202eevil", "code": "c\x07" * 100}}))
+    assert e.value.message == "red evil"
+    assert isinstance(e.value.code, str) and len(e.value.code) <= 60 and "\x07" not in e.value.code
+    with pytest.raises(StreamError) as e:
+        tally_of("chat", sse({"error": {"message": "big", "code": 10**12}}))
+    assert e.value.code == str(10**12)  # kept as text: an error code is not a number that big
 
 
 def test_null_error_field_is_not_an_error() -> None:

@@ -58,22 +58,34 @@ def server_streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
     if api == "chat":
         events.append(chunk({"role": "assistant", "content": ""}))
     for _ in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["plain", "plain", "plain", "any", "reasoning", "empty", "time", "broken"]))
+        kinds = ["plain", "plain", "plain", "any", "reasoning", "empty", "time", "broken", "nan", "extra"]
+        kind = draw(st.sampled_from(kinds))
         if kind == "time":
             created += 1  # llama.cpp stamps each chunk with the current second
+            continue
+        if kind == "extra":  # a second choice although n = 1 was asked
+            two = chunk({"content": draw(PLAIN_TEXT)})
+            two["choices"] = [*two["choices"], dict(two["choices"][0], index=1)]
+            events.append(two)
+            continue
+        if kind == "nan":  # a Python server's NaN, put in after encoding, as "<BAD>" is
+            events.append(chunk({"content": draw(PLAIN_TEXT), "logprob": "<NAN>"}))
             continue
         if kind == "reasoning":
             events.append(chunk({"reasoning_content": draw(PLAIN_TEXT), "content": draw(ANY_TEXT)}))
             continue
         # "broken": bytes no JSON encoder writes (a raw control character, bad UTF-8),
-        # put in after encoding; both paths must then fail the same way.
+        # put in after encoding; both paths must then read them (leniently) the same way.
         broken = st.sampled_from(["a<CTL>", "<BAD>b"])
         content = {"plain": PLAIN_TEXT, "any": ANY_TEXT, "empty": st.just(""), "broken": broken}[kind]
         events.append(chunk({"content": draw(content)}))
     events.append(chunk({}, finish="length"))
-    events.append(chunk(None, usage={"prompt_tokens": 3, "completion_tokens": draw(st.integers(0, 20))}))
+    count = st.one_of(st.integers(0, 20), st.sampled_from([-5, 3_000_000_000, 2.5, "12", True]))
+    usage = {"prompt_tokens": draw(count), "completion_tokens": draw(count)}
+    usage["completion_tokens_details"] = {"reasoning_tokens": draw(count)}
+    events.append(chunk(None, usage=usage))
     framed = [b"data: " + dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
-    framed = [e.replace(b"<CTL>", b"\x01").replace(b"<BAD>", b"\xff") for e in framed]
+    framed = [e.replace(b"<CTL>", b"\x01").replace(b"<BAD>", b"\xff").replace(b'"<NAN>"', b"NaN") for e in framed]
     return api, framed
 
 
@@ -99,6 +111,9 @@ def facts(api: str, reads: list[bytes], learn: bool, cap: int = 1 << 20) -> tupl
         t.finish_reason,
         t.completion_tokens,
         t.reconcile(),
+        t.t_first_content,
+        (t.prompt_tokens, t.cached_tokens, t.reasoning_tokens),
+        t.problems,  # after reconcile, which may add one
     )
 
 

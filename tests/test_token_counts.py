@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 from chunks import sse, tally_of, usage_chunk
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loadgen.client.protocol.token_counts import reconcile, spread
+from loadgen.untrusted import MAX_TOKEN_COUNT
 
 
 @pytest.mark.parametrize(
@@ -23,6 +26,16 @@ from loadgen.client.protocol.token_counts import reconcile, spread
         ([1, 1], False, 0, None, ([1, 1], 2, "chunks")),  # no usage
         ([], False, 0, 5, ([], 0, "usage")),
         ([], False, 0, None, ([], 0, "none")),
+        # running usage that leapt to the bound: its counts add up to more, so they are not believed
+        ([1, MAX_TOKEN_COUNT - 1, 1], True, 0, MAX_TOKEN_COUNT, ([1, 1, 1], 3, "chunks")),
+        (
+            [1, MAX_TOKEN_COUNT - 1],
+            True,
+            0,
+            MAX_TOKEN_COUNT,
+            ([1, MAX_TOKEN_COUNT - 1], MAX_TOKEN_COUNT, "usage_per_chunk"),
+        ),
+        ([1, 1], False, 0, MAX_TOKEN_COUNT, ([MAX_TOKEN_COUNT // 2] * 2, MAX_TOKEN_COUNT, "usage")),
     ],
 )
 def test_reconcile_rules(
@@ -66,3 +79,21 @@ def test_spread_is_even_and_sums_to_total(total: int, n: int) -> None:
     counts = spread(total, n)
     assert len(counts) == n and sum(counts) == total
     assert max(counts) - min(counts) <= 1
+
+
+@given(
+    observed=st.lists(st.integers(1, MAX_TOKEN_COUNT), max_size=6),
+    per_chunk=st.booleans(),
+    carry=st.integers(0, MAX_TOKEN_COUNT),
+    reported=st.one_of(st.none(), st.integers(0, MAX_TOKEN_COUNT)),
+)
+def test_reconciled_counts_stay_within_their_columns(
+    observed: list[int], per_chunk: bool, carry: int, reported: int | None
+) -> None:
+    # whatever the tally hands over: its counts at least 1 (exactly 1 without running
+    # usage, as only the first choice counts), carry and usage already bounded
+    if not per_chunk:
+        observed = [1] * len(observed)
+    counts, total, _ = reconcile(observed, per_chunk, carry, reported)
+    assert len(counts) == len(observed) and sum(counts) == total
+    assert all(0 <= c <= MAX_TOKEN_COUNT for c in counts) and 0 <= total <= MAX_TOKEN_COUNT

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from aiohttp.streams import StreamReader
 
-from loadgen.analysis.run_summary import client_warnings
+from loadgen.analysis.validity import client_caveats
 from loadgen.client import _aiohttp as wire
 from loadgen.client import aiohttp_transport
+from loadgen.client._aiohttp_fit import fast_path
 from loadgen.client.config import EngineConfig, Plan
 from loadgen.client.engine import LEAD_NS, Engine
 from loadgen.client.holds import HoldQueue
@@ -117,7 +118,7 @@ def test_the_fast_path_fits_the_installed_aiohttp() -> None:
     async def go() -> FastPath:
         connector = aiohttp.TCPConnector()
         try:
-            return wire.fast_path(connector)
+            return fast_path(connector)
         finally:
             await connector.close()
 
@@ -131,7 +132,7 @@ def test_the_fast_path_says_which_internal_is_missing() -> None:
         connector = aiohttp.TCPConnector()
         try:
             del connector._factory
-            return wire.fast_path(connector)
+            return fast_path(connector)
         finally:
             await connector.close()
 
@@ -201,9 +202,9 @@ def test_without_the_fast_path_the_run_says_so_and_its_summary_warns(
 
     client = asyncio.run(go())
     assert client["fast_read"] is False and client["records"] == 3
-    (warning,) = [w for w in client_warnings({"client": client}) if "fast path" in w]
+    (warning,) = [c.message for c in client_caveats(client) if c.code == "slow_path"]
     assert "aiohttp 9.9: gone" in warning and "slower path" in warning
-    assert not [w for w in client_warnings({"client": {**client, "fast_read": True}}) if "fast path" in w]
+    assert not [c for c in client_caveats({**client, "fast_read": True}) if c.code == "slow_path"]
 
 
 @asynccontextmanager

@@ -4,6 +4,10 @@ Shared by ``metrics`` (the figures), ``timeseries`` and ``conformance.samples`` 
 gate, which needs the samples themselves), so every caller derives TTFT, ITL and the
 rest from the same code: the definitions of DESIGN.md live in one place. The array
 aliases (``Ints``, ``Floats``, ``Mask``, ``Objects``) name what each array holds.
+
+``Latencies`` holds the censoring rule (docs/metrics.md, "Censoring"): every request
+counts, a request that never got what a figure times is a right-censored sample at
+its elapsed time.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-__all__ = ["Cols", "Floats", "Ints", "Mask", "Objects", "ms", "gaps", "itl_icl", "int_column"]
+__all__ = ["Cols", "Floats", "Ints", "Latencies", "Mask", "Objects", "ms", "gaps", "itl_icl", "int_column"]
 
 Ints: TypeAlias = NDArray[np.int64]  # nanoseconds, token counts, row numbers
 Floats: TypeAlias = NDArray[np.float64]  # milliseconds, rates
@@ -54,6 +58,8 @@ class Cols:
             "output_tokens_requested",
             "output_tokens_reported",
             "http_status",
+            "session",
+            "turn",
         )
         return cls(
             n=n,
@@ -71,6 +77,17 @@ class Cols:
             c_tok=tok,
             c_len=lens,
         )
+
+    def observed_end_ns(self) -> int:
+        """The end of the records' observation: the latest instant any of them holds
+        (a send, a chunk, an end), else the latest t_sched. A request that never
+        ended is censored at it."""
+        ends = [int(v[ok].max()) for v, ok in self.t.values() if ok.any()]
+        if self.c_ns.size:
+            ends.append(int(self.c_ns.max()))
+        if not ends and self.n:
+            ends.append(int(self.t_sched.max()))
+        return max(ends, default=0)
 
 
 def int_column(table: pa.Table, name: str) -> tuple[Ints, Mask]:
@@ -138,3 +155,81 @@ def itl_icl(c: Cols, rows: Mask) -> tuple[Floats, Floats]:
     k = tok[t][has_prev]
     itl = np.repeat(gap[has_prev] / 1e6 / k, k)
     return itl, icl
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Per request (every row), in ms: each figure exact where known, else right-censored.
+
+    - TTFT: exact for every request whose first output chunk arrived, however it ended
+      (ok, cancelled, timeout, disconnected, ...); a request that failed or never
+      ended without one is censored at its elapsed time. An ok request with no output
+      chunk (an empty answer) has no TTFT: nothing was owed.
+    - E2E: exact for ok requests; every other one never finished well and is censored
+      at its elapsed time.
+    - TPOT: every request with >= 2 output tokens, whatever its status: a cut stream
+      counts over the tokens it received (the open gap at the cut is not timed).
+    - ``ttft_sent``: TTFT from the actual send; only requests that were sent.
+    - schedule lag: every request sent; a ``not_sent`` one is censored at its wait.
+    - A ``not_sent`` turn after a turn of its session that did not end ok (a failed, cut
+      or unsent one) was never due: the session could not go on. It is no latency
+      sample (its wait would be made up), only a miss; the turn that broke it counts.
+
+    Elapsed time is ``t_done - t_sched``, or, for a request that never ended (e.g.
+    ``not_sent``), the end of observation (``Cols.observed_end_ns``) ``- t_sched``,
+    never below 0. Each figure is NaN where it does not apply; the ``*_c`` arrays
+    hold the censored values (NaN elsewhere), so a row is in at most one of the two.
+    """
+
+    ttft: Floats
+    ttft_c: Floats
+    ttft_sent: Floats
+    ttft_sent_c: Floats
+    e2e: Floats
+    e2e_c: Floats
+    tpot: Floats
+    lag: Floats
+    lag_c: Floats
+
+    @classmethod
+    def of(cls, c: Cols) -> Latencies:
+        (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
+            c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
+        )
+        end = np.where(has_done, done, c.observed_end_ns())
+        elapsed = np.maximum(ms(end, c.t_sched), 0.0)
+        unsent = c.status == "not_sent"
+        counts = ~(unsent & _after_a_cut(c)) if unsent.any() else np.ones(c.n, dtype=bool)
+        no_first = ~has_first & ~c.ok & counts
+        tpot = np.full(c.n, np.nan)
+        a = has_first & has_last & (c.out >= 2)
+        tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
+        return cls(
+            ttft=_where(has_first, ms(first, c.t_sched)),
+            ttft_c=_where(no_first, elapsed),
+            ttft_sent=_where(has_first & has_sent, ms(first, sent)),
+            ttft_sent_c=_where(no_first & has_sent, np.maximum(ms(end, sent), 0.0)),
+            e2e=_where(c.ok & has_done, ms(done, c.t_sched)),
+            e2e_c=_where(~c.ok & counts, elapsed),
+            tpot=tpot,
+            lag=_where(has_sent, ms(sent, c.t_sched)),
+            lag_c=_where(~has_sent & unsent & counts, elapsed),
+        )
+
+
+def _after_a_cut(c: Cols) -> Mask:
+    """Rows whose session has an earlier turn that did not end ok."""
+    bad = ~c.ok
+    if not bad.any():
+        return bad
+    (session, _), (turn, _) = c.ints["session"], c.ints["turn"]
+    ids, row_of = np.unique(session, return_inverse=True)
+    first_bad = np.full(ids.size, np.iinfo(np.int64).max)
+    np.minimum.at(first_bad, row_of[bad], turn[bad])
+    after: Mask = turn > first_bad[row_of]
+    return after
+
+
+def _where(mask: Mask, values: Floats) -> Floats:
+    out: Floats = np.where(mask, values, np.nan)
+    return out

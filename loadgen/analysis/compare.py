@@ -8,6 +8,12 @@ and latency at matched load (points with the same offered rate or concurrency).
 A winner is declared only where the intervals separate: the best run's interval
 lies entirely on the better side of every other run's; otherwise the verdict is
 "no clear winner", however different the point estimates look.
+
+And only between valid data: a verdict that rests on a suspect point (client lag, an
+interrupted run, a late simulator, ...) or on runs that sent different traffic names no
+winner and says which run is suspect and why (``Verdict.withheld``); ``Comparison.suspects``
+lists them, to be shown before any table. ``few_samples`` withholds nothing here: the
+intervals already widen with few samples.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 from loadgen.analysis.metrics import SLO
 from loadgen.analysis.pareto import cost_per_million
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
+from loadgen.analysis.validity import Caveat, Validity
 from loadgen.errors import ConfigError
 
 __all__ = ["Side", "Verdict", "Comparison", "compare_runs", "separated_winner", "traffic_mismatches"]
@@ -45,6 +52,7 @@ class Verdict:
     detail: str
     unit: str = ""
     group: str = "headline"  # "headline" or "matched load"
+    withheld: str = ""  # why no winner may be named on these figures (a suspect run or point), else ""
 
 
 @dataclass
@@ -55,6 +63,8 @@ class Comparison:
     slo: SLO | None
     target_pct: float
     notes: list[str] = field(default_factory=list)
+    suspects: list[str] = field(default_factory=list)  # shown first: interrupted, then suspect runs and points
+    traffic: Validity = field(default_factory=Validity)  # traffic_differs when the runs sent different traffic
 
     @property
     def names(self) -> list[str]:
@@ -120,6 +130,67 @@ def traffic_mismatches(sides: Sequence[Side]) -> list[str]:
     return out
 
 
+def traffic_differs(sides: Sequence[Side]) -> Validity:
+    """``traffic_differs`` when the runs did not send the same requests: another workload, seed,
+    API or ignore_eos (a recorded fingerprint of the request bytes, when runs carry one, plugs in here)."""
+    out = []
+    ref = sides[0].analysis.meta
+    for other in sides[1:]:
+        b = other.analysis.meta
+        keys = [k for k in _SAME_TRAFFIC if ref.get("settings", {}).get(k) != b.get("settings", {}).get(k)]
+        if _workload_key(ref) != _workload_key(b):
+            keys.insert(0, "workload")
+        if keys:
+            out.append(
+                Caveat(
+                    "traffic_differs",
+                    f"{sides[0].name} and {other.name} sent different traffic (different {', '.join(keys)})",
+                )
+            )
+    return (
+        Validity.of(out)
+        if len(out) < 2
+        else Validity("suspect", ("traffic_differs",), ("; ".join(c.message for c in out),))
+    )
+
+
+def _suspects(sides: Sequence[Side], traffic: Validity) -> list[str]:
+    """What withholds winners, to be shown first: interrupted runs, traffic, suspect runs and points."""
+    out = [
+        f"INTERRUPTED: {s.name}: {line.removeprefix('INTERRUPTED: ')}"
+        for s in sides
+        if (line := s.analysis.interruption)
+    ]
+    if traffic.suspect:
+        out.append(f"SUSPECT: {traffic.why()}: no winner is named")
+    for s in sides:
+        a = s.analysis
+        run = a.validity.withholding
+        if run.suspect:
+            out.append(f"SUSPECT: {s.name} ({', '.join(run.codes)}): {run.why()}")
+            continue
+        for p in a.points:
+            v = p.validity.withholding
+            if v.suspect:
+                out.append(f"SUSPECT: {_where(s, p)} ({', '.join(v.codes)}): {v.why()}")
+    if out:
+        out.append("no winner is named on figures from a suspect run or point")
+    return out
+
+
+def _few(sides: Sequence[Side]) -> list[str]:
+    """A note per run with points short of samples (judged by the intervals, which widen)."""
+    out = []
+    for s in sides:
+        few = [p.short_label for p in s.analysis.points if "few_samples" in p.validity.codes]
+        if few:
+            out.append(
+                f"{s.name} has few samples at {', '.join(few)} (few_samples): its intervals are wide, "
+                "and a winner is named only where they separate"
+            )
+    return out
+
+
 # --------------------------------------------------------------------------- the comparison
 
 
@@ -166,8 +237,33 @@ def compare_runs(
         mismatches.append(
             "only some runs give --gpus: per-GPU figures are not comparable; aggregate figures are compared instead"
         )
+    traffic = traffic_differs(sides)
     verdicts = _headline(sides, slo, target) + _matched(sides)
-    return Comparison(sides, mismatches, verdicts, slo, target, notes)
+    for v in verdicts:
+        if traffic.suspect:
+            v.withheld = traffic.why()
+        if v.withheld:
+            v.winner, v.detail = None, f"withheld: {v.withheld} (on the intervals alone: {v.detail})"
+    return Comparison(sides, mismatches, verdicts, slo, target, notes + _few(sides), _suspects(sides, traffic), traffic)
+
+
+def _withheld(sides: Sequence[Side], picks: dict[str, PointFigures | None]) -> str:
+    """Why no winner may be named on the points a verdict rests on (one per run), '' when all are trusted."""
+    out = []
+    for s in sides:
+        p = picks.get(s.name)
+        if p is None:
+            continue
+        v = s.analysis.point_validity(p).withholding
+        if v.suspect:
+            where = s.name if s.analysis.validity.withholding.suspect else _where(s, p)
+            out.append(f"{where} is suspect ({v.why()})")
+    return "; ".join(out)
+
+
+def _where(s: Side, p: PointFigures) -> str:
+    """A run's name, and a sweep's point in it."""
+    return f"{s.name} at {p.short_label}" if s.analysis.is_sweep else s.name
 
 
 def _per_gpu_ok(sides: Sequence[Side]) -> bool:
@@ -185,12 +281,15 @@ def _headline(sides: Sequence[Side], slo: SLO | None, target: float) -> list[Ver
         return (p.summary.output_tps / g, lo / g, hi / g)
 
     peak = {}
+    at: dict[str, PointFigures | None] = {}
     for s in sides:
         if s.analysis.points:
-            est, lo, hi = tps(max(s.analysis.points, key=lambda p: _nan_low(p.summary.output_tps)))
+            at[s.name] = top = max(s.analysis.points, key=lambda p: _nan_low(p.summary.output_tps))
+            est, lo, hi = tps(top)
             # A run that never saturated may go higher: its peak is only a lower bound.
             peak[s.name] = (est, lo, hi if s.analysis.saturation else math.inf)
     v = _verdict("peak throughput", "higher", peak, unit)
+    v.withheld = _withheld(sides, at)
     if any(not s.analysis.saturation for s in sides):
         v.detail += "; runs that did not saturate count as 'could be higher' (upper bound ∞)"
     out.append(v)
@@ -203,13 +302,20 @@ def _headline(sides: Sequence[Side], slo: SLO | None, target: float) -> list[Ver
             cap[s.name] = (c.rate, c.lower, c.upper)
     v = _verdict(f"capacity at SLO ({target:g}% attainment)", "higher", cap, "req/s")
     v.detail += " (interval: highest rate confirmed to meet the SLO .. lowest confirmed to miss it)"
+    # capacity rests on each run's trusted points only; a run with none has no capacity to compare
+    none = [s.name for s in sides if s.analysis.points and not s.analysis.trusted]
+    v.withheld = "; ".join(f"{n} has no point that is not suspect" for n in none)
     out.append(v)
     good = {}
+    best_at: dict[str, PointFigures | None] = {}
     for s in sides:
         best = max(s.analysis.points, key=lambda p: _nan_low(p.summary.goodput_rps), default=None)
         if best is not None and best.goodput_ci is not None and best.summary.goodput_rps is not None:
             good[s.name] = (best.summary.goodput_rps, *best.goodput_ci)
-    out.append(_verdict("best goodput at SLO", "higher", good, "req/s"))
+            best_at[s.name] = best
+    v = _verdict("best goodput at SLO", "higher", good, "req/s")
+    v.withheld = _withheld(sides, best_at)
+    out.append(v)
     out += _cost_at_capacity(sides, per_gpu)
     return out
 
@@ -232,7 +338,10 @@ def _cost_at_capacity(sides: Sequence[Side], per_gpu: bool) -> list[Verdict]:
         )
     if len(cost) < 2:
         return []
-    return [_verdict("$/M output tokens at capacity", "lower", cost, "$")]
+    v = _verdict("$/M output tokens at capacity", "lower", cost, "$")
+    none = [s.name for s in sides if s.analysis.points and not s.analysis.trusted]
+    v.withheld = "; ".join(f"{n} has no point that is not suspect" for n in none)
+    return [v]
 
 
 def _nan_low(v: float | None) -> float:
@@ -240,10 +349,15 @@ def _nan_low(v: float | None) -> float:
 
 
 def _verdict(
-    metric: str, better: str, values: dict[str, tuple[float, float, float]], unit: str, group: str = "headline"
+    metric: str,
+    better: str,
+    values: dict[str, tuple[float, float, float]],
+    unit: str,
+    group: str = "headline",
+    withheld: str = "",
 ) -> Verdict:
     winner, why = separated_winner(values, better)
-    return Verdict(metric, better, values, winner, why, unit, group)
+    return Verdict(metric, better, values, winner, why, unit, group, withheld)
 
 
 def _matched(sides: Sequence[Side]) -> list[Verdict]:
@@ -259,9 +373,10 @@ def _matched(sides: Sequence[Side]) -> list[Verdict]:
         if len(per) < len(sides):
             continue
         label = next(iter(per.values())).short_label
+        withheld = _withheld(sides, dict(per))
         for metric, attr, pct in (("TTFT p99", "ttft", 99), ("TPOT p50", "tpot", 50), ("E2E p99", "e2e", 99)):
             vals = {n: getattr(p.summary, attr).pct(pct) for n, p in per.items() if getattr(p.summary, attr).n}
-            out.append(_verdict(f"{metric} at {label}", "lower", vals, "ms", "matched load"))
+            out.append(_verdict(f"{metric} at {label}", "lower", vals, "ms", "matched load", withheld))
         vals = {n: (p.summary.output_tps, *p.output_tps_ci) for n, p in per.items()}
-        out.append(_verdict(f"output tok/s at {label}", "higher", vals, "tok/s", "matched load"))
+        out.append(_verdict(f"output tok/s at {label}", "higher", vals, "tok/s", "matched load", withheld))
     return out

@@ -9,9 +9,13 @@ per-chunk list columns, so a million-request run summarises in seconds
 (``benchmarks/analysis_speed.py`` measures it). The measurement window is chosen
 in ``window``.
 
-Conventions: latencies are in milliseconds; only ``ok`` requests enter latency
-distributions (failed, cancelled and partial requests are counted, never mixed
-in); open-loop latency is measured from the intended send time ``t_sched``.
+Conventions: latencies are in milliseconds; open-loop latency is measured from the
+intended send time ``t_sched``. Censoring, not survivorship (``columns.Latencies``,
+docs/metrics.md): every request scheduled in the window counts in its latency
+figures; one that got its first token counts for TTFT however it ended, one that
+did not is a right-censored sample at its elapsed time, and a percentile that
+reaches a censored sample is a lower bound (``Dist.lower_bound``). Goodput and SLO
+attainment count every request that did not finish ok, ``not_sent`` included, as a miss.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, Floats, Mask, Objects, itl_icl, ms
+from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, Objects, itl_icl
 from loadgen.analysis.stats import Dist, describe, json_number
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import STATUSES
@@ -38,14 +42,18 @@ _EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
 
 
 def latency_samples(table: pa.Table, window: Window) -> dict[str, Floats]:
-    """Sorted TTFT (per request) and ITL (per token) samples in ms of the ok requests scheduled
-    in ``window``: exactly what ``summarize`` folds into its percentiles (for CDF charts)."""
+    """Sorted samples in ms of the requests scheduled in ``window``, exactly what ``summarize``
+    folds into its percentiles (for CDF charts): ``ttft`` (exact, per request), ``ttft_censored``
+    (requests without a first token: at least this long) and ``itl`` (per token)."""
     c = Cols.of(table)
-    rows = window.contains(c.t_sched) & c.ok
-    first, has_first = c.t["t_first"]
-    sel = rows & has_first & (c.out >= 1)
+    rows = window.contains(c.t_sched)
+    lat = Latencies.of(c)
     itl, _ = itl_icl(c, rows)
-    return {"ttft": np.sort(ms(first[sel], c.t_sched[sel])), "itl": np.sort(itl)}
+    return {"ttft": _sorted(lat.ttft[rows]), "ttft_censored": _sorted(lat.ttft_c[rows]), "itl": np.sort(itl)}
+
+
+def _sorted(x: Floats) -> Floats:
+    return np.sort(x[~np.isnan(x)])
 
 
 # --------------------------------------------------------------------------- SLO
@@ -53,7 +61,11 @@ def latency_samples(table: pa.Table, window: Window) -> dict[str, Floats]:
 
 @dataclass(frozen=True)
 class SLO:
-    """Per-request latency bounds in ms; a bound left as None is not checked."""
+    """Per-request latency bounds in ms; a bound left as None is not checked.
+
+    Only an ok request can meet an SLO (``summarize`` and the gate apply ``met`` to ok
+    requests); a failed, cancelled or ``not_sent`` one is a miss whatever its latencies.
+    """
 
     ttft_ms: float | None = None
     tpot_ms: float | None = None
@@ -95,8 +107,9 @@ class Summary:
     """Every figure of one run or load point. Latencies in ms, rates per second.
 
     Counts are of requests scheduled in the window unless the name says otherwise.
-    Latency Dists hold ok requests only; ``schedule_lag`` holds every request that
-    was sent (it describes the client). ``ttft_sent`` is TTFT from the actual send,
+    Latency Dists hold every such request, censored where it never got what the
+    figure times (``columns.Latencies``); ``schedule_lag`` holds every request that
+    was sent, a ``not_sent`` one censored (it describes the client). ``ttft_sent`` is TTFT from the actual send,
     the uncorrected view kept beside the open-loop one. ``goodput_rps``,
     ``slo_met`` and ``slo_attainment_pct`` are None without an SLO.
     """
@@ -109,8 +122,9 @@ class Summary:
     after_window: int
     by_status: dict[str, int]
     ok: int
-    failed: int  # neither ok nor cancelled
+    failed: int  # neither ok nor cancelled nor not_sent
     cancelled: int
+    not_sent: int  # scheduled in the window, never written to the wire
     window_s: float
     schedule_lag: Dist
     ttft: Dist
@@ -131,7 +145,7 @@ class Summary:
     completed_rps: float  # ok with t_done in the window
     goodput_rps: float | None  # ok, t_done in the window, every SLO bound met
     slo_met: int | None
-    slo_attainment_pct: float | None  # met / scheduled in window; failures miss
+    slo_attainment_pct: float | None  # met / scheduled in window; failures, cancelled, not_sent miss
     success_pct: float
     prompt_compared: int  # requests with both requested and reported prompt tokens
     prompt_requested_mean: float
@@ -156,7 +170,7 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
     w = window if window is not None else choose_window(table)
     inwin = w.contains(c.t_sched)
     okw = inwin & c.ok
-    lat = _Latencies.of(c)
+    lat = Latencies.of(c)
     counts = _status_counts(c.status[inwin])
     n_in = int(inwin.sum())
     return Summary(
@@ -168,11 +182,12 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
         after_window=int((c.t_sched >= w.end_ns).sum()),
         by_status=counts,
         ok=counts.get("ok", 0),
-        failed=n_in - counts.get("ok", 0) - counts.get("cancelled", 0),
+        failed=n_in - sum(counts.get(k, 0) for k in ("ok", "cancelled", "not_sent")),
         cancelled=counts.get("cancelled", 0),
+        not_sent=counts.get("not_sent", 0),
         window_s=w.length_s,
         success_pct=_pct(counts.get("ok", 0), n_in),
-        **_latency_fields(c, lat, inwin, okw),
+        **_latency_fields(c, lat, inwin),
         **_throughput_fields(c, w, inwin),
         **_slo_fields(c, lat, w, inwin, slo),
         **_token_fields(c, inwin, okw),
@@ -180,53 +195,26 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
     )
 
 
-@dataclass(frozen=True)
-class _Latencies:
-    """Per-request TTFT, E2E and TPOT in ms of every ok request (NaN where a request has none).
-
-    Kept for all rows, not only the window's: goodput also counts requests scheduled
-    before the window that finish inside it. ``has_*`` say which rows have the figure.
-    """
-
-    ttft: Floats
-    e2e: Floats
-    tpot: Floats
-    has_ttft: Mask
-    has_e2e: Mask
-    has_tpot: Mask
-
-    @classmethod
-    def of(cls, c: Cols) -> _Latencies:
-        (first, has_first), (last, has_last), (done, has_done) = (c.t[k] for k in ("t_first", "t_last", "t_done"))
-        has_ttft = c.ok & has_first & (c.out >= 1)
-        has_e2e = c.ok & has_done
-        has_tpot = c.ok & has_first & has_last & (c.out >= 2)
-        nan = np.full(c.n, np.nan)
-        ttft, e2e, tpot = nan.copy(), nan.copy(), nan.copy()
-        ttft[has_ttft] = ms(first[has_ttft], c.t_sched[has_ttft])
-        e2e[has_e2e] = ms(done[has_e2e], c.t_sched[has_e2e])
-        tpot[has_tpot] = ms(last[has_tpot], first[has_tpot]) / (c.out[has_tpot] - 1)
-        return cls(ttft, e2e, tpot, has_ttft, has_e2e, has_tpot)
-
-
-def _latency_fields(c: Cols, lat: _Latencies, inwin: Mask, okw: Mask) -> dict[str, Any]:
-    """The latency Dists: the window's ok requests (schedule lag: every request sent)."""
-    (sent, has_sent), (first, _) = c.t["t_sent"], c.t["t_first"]
-    m_lag = inwin & has_sent
-    m_ttft = lat.has_ttft & inwin
-    m_ts = m_ttft & has_sent
-    itl, icl = itl_icl(c, okw)
-    tp = lat.tpot[lat.has_tpot & inwin]
+def _latency_fields(c: Cols, lat: Latencies, inwin: Mask) -> dict[str, Any]:
+    """The latency Dists over every request scheduled in the window, censored where due."""
+    itl, icl = itl_icl(c, inwin)
+    tp = lat.tpot[inwin]
+    tp = tp[~np.isnan(tp)]
     return dict(
-        schedule_lag=describe(ms(sent[m_lag], c.t_sched[m_lag])),
-        ttft=describe(lat.ttft[m_ttft]),
-        ttft_sent=describe(ms(first[m_ts], sent[m_ts])),
-        e2e=describe(lat.e2e[lat.has_e2e & inwin]),
+        schedule_lag=_dist(lat.lag, lat.lag_c, inwin),
+        ttft=_dist(lat.ttft, lat.ttft_c, inwin),
+        ttft_sent=_dist(lat.ttft_sent, lat.ttft_sent_c, inwin),
+        e2e=_dist(lat.e2e, lat.e2e_c, inwin),
         tpot=describe(tp),
         itl=describe(itl),
         icl=describe(icl),
         per_user_tps=describe(1000.0 / tp[tp > 0]),
     )
+
+
+def _dist(exact: Floats, censored: Floats, rows: Mask) -> Dist:
+    """``describe`` of the rows' exact values with their censored ones (NaNs are dropped there)."""
+    return describe(exact[rows], censored=censored[rows])
 
 
 def _throughput_fields(c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
@@ -250,8 +238,9 @@ def _throughput_fields(c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
     )
 
 
-def _slo_fields(c: Cols, lat: _Latencies, w: Window, inwin: Mask, slo: SLO | None) -> dict[str, Any]:
-    """Goodput (ok, done in the window, every bound met) and attainment; None without an SLO."""
+def _slo_fields(c: Cols, lat: Latencies, w: Window, inwin: Mask, slo: SLO | None) -> dict[str, Any]:
+    """Goodput (ok, done in the window, every bound met) and attainment (met / every request
+    scheduled in the window: a failed, cancelled or not_sent one is a miss); None without an SLO."""
     if slo is None:
         return dict(goodput_rps=None, slo_met=None, slo_attainment_pct=None)
     done, has_done = c.t["t_done"]

@@ -9,7 +9,7 @@ re-rendered later from the records.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -21,10 +21,16 @@ from scipy import stats as _sps
 from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
-from loadgen.analysis.run_summary import client_warnings, simulator_warnings
 from loadgen.analysis.saturation import first_saturated, observe
 from loadgen.analysis.stats import rate_ci
-from loadgen.analysis.validity import compact_warnings, validity_warnings
+from loadgen.analysis.validity import (
+    VALID,
+    Caveat,
+    Validity,
+    interruption,
+    point_caveats,
+    run_caveats,
+)
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import read_records, read_run_meta
 
@@ -58,8 +64,13 @@ class PointFigures:
     attainment_ci: tuple[float, float] | None  # two-sided, fraction
     goodput_ci: tuple[float, float] | None
     costs: dict[str, float]  # $ / M output tokens per price label
-    warnings: list[str] = field(default_factory=list)
+    caveats: list[Caveat] = field(default_factory=list)
+    validity: Validity = VALID  # the point's own (its run's is RunAnalysis.validity)
     on_frontier: bool = False
+
+    @property
+    def warnings(self) -> list[str]:  # the caveats' messages, for views that show words only
+        return [c.message for c in self.caveats]
 
     @property
     def x(self) -> float:
@@ -115,10 +126,30 @@ class RunAnalysis:
     prices: dict[str, float]
     capacity: Capacity | None
     saturation: str | None
-    warnings: list[str]
+    caveats: list[Caveat]  # the run's own (each point's are on the point)
     table: pa.Table
     point_salt: bool | None
     search_end: str | None = None
+    validity: Validity = VALID  # the run's own: its state, the simulator, carried caches
+
+    @property
+    def warnings(self) -> list[str]:  # the run's caveats' messages, for views that show words only
+        return [c.message for c in self.caveats]
+
+    @property
+    def interruption(self) -> str | None:
+        """The line to show first when the run, or a point of it, was interrupted (else None)."""
+        return interruption(self.meta)
+
+    def point_validity(self, p: PointFigures) -> Validity:
+        """A point's validity together with its run's."""
+        return p.validity.merged(self.validity)
+
+    @property
+    def trusted(self) -> list[PointFigures]:
+        """The points a verdict may rest on: neither they nor their run are suspect (``few_samples``
+        aside, which each verdict's own sample rule judges)."""
+        return [p for p in self.points if not self.point_validity(p).withholding.suspect]
 
     @property
     def is_sweep(self) -> bool:
@@ -165,7 +196,9 @@ class PointJson(TypedDict, total=False):
     cooldown_s: float
     lag_limit_ms: float
     salt: str
-    client: dict[str, Any]  # the client's own health figures (see run_summary.client_warnings)
+    client: dict[str, Any]  # the client's own health figures (see validity.client_caveats)
+    state: str  # "running" | "complete" | "interrupted" (records.read_run_state's keys, per point)
+    interrupted_reason: str
 
 
 def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> SLOJson | None:
@@ -271,7 +304,7 @@ def _point_meta(meta: dict[str, Any]) -> list[PointJson]:
             "cooldown_s": s.get("cooldown_s", 0.0),
             "client": meta.get("client", {}),
         }
-    ]
+    ]  # a single run's state is the run's: RunAnalysis.validity carries it
 
 
 def analyze_run(
@@ -291,28 +324,35 @@ def analyze_run(
     how = _judging(meta, slo, slo_name, target_pct, gpus, prices, lag_limit_ms)
     table = table if table is not None else read_records(run_dir)
     points = _all_figures(meta, table, how)
-    front = frontier([p.x for p in points], [p.y for p in points])
-    for i in front:
-        points[i].on_frontier = True
-    open_pts = [p for p in points if p.rate is not None]
+    caveats = run_caveats(meta)
     sw = meta.get("sweep") or {}
-    return RunAnalysis(
-        run_dir=run_dir,
-        meta=meta,
-        points=points,
-        frontier=front,
-        slo=how.slo,
-        slo_name=how.slo_name,
-        target_pct=how.target_pct,
-        gpus=how.gpus,
-        prices=how.prices,
-        capacity=_capacity(open_pts, how),
-        saturation=_saturation(open_pts),
-        warnings=_run_warnings(meta),
-        table=table,
-        point_salt=sw.get("point_salt") if sw else None,
-        search_end=sw.get("search_end"),
+    a = RunAnalysis(
+        run_dir,
+        meta,
+        points,
+        [],
+        how.slo,
+        how.slo_name,
+        how.target_pct,
+        how.gpus,
+        how.prices,
+        None,
+        None,
+        caveats,
+        table,
+        sw.get("point_salt") if sw else None,
+        sw.get("search_end"),
+        Validity.of(caveats),
     )
+    # the frontier, capacity and the saturation call rest on trusted points only; the suspect stay, marked
+    trusted = a.trusted
+    front = [trusted[i] for i in frontier([p.x for p in trusted], [p.y for p in trusted])]
+    for p in front:
+        p.on_frontier = True
+    a.frontier = [next(i for i, q in enumerate(points) if q is p) for p in front]
+    a.capacity = _capacity(a, how)
+    a.saturation = _saturation([p for p in trusted if p.rate is not None])
+    return a
 
 
 def _all_figures(meta: dict[str, Any], table: pa.Table, how: _Judging) -> list[PointFigures]:
@@ -336,8 +376,7 @@ def _figures(k: int, pm: PointJson, table: pa.Table, how: _Judging) -> PointFigu
         good = round((s.goodput_rps or 0.0) * s.window_s) if s.window_s > 0 else 0
         gp = rate_ci(good, s.window_s)
     costs = {name: cost_per_million(s.output_tps, price, how.gpus or 1.0) for name, price in how.prices.items()}
-    warns = validity_warnings(s, lag_p99_limit_ms=how.lag_limit_ms) if s.requests else ["no requests in the window"]
-    warns = compact_warnings(warns) + ([problem] if problem else [])
+    caveats = point_caveats(pm, s, how.lag_limit_ms) + ([Caveat("window_fallback", problem)] if problem else [])
     closed = arr.get("kind") == "closed"
     return PointFigures(
         index=k,
@@ -351,29 +390,27 @@ def _figures(k: int, pm: PointJson, table: pa.Table, how: _Judging) -> PointFigu
         attainment_ci=att,
         goodput_ci=gp,
         costs=costs,
-        warnings=warns,
+        caveats=caveats,
+        validity=Validity.of(caveats),
     )
 
 
-def _capacity(open_pts: list[PointFigures], how: _Judging) -> Capacity | None:
-    """Capacity at SLO over the open-loop points (None without an SLO or any such point)."""
+def _capacity(a: RunAnalysis, how: _Judging) -> Capacity | None:
+    """Capacity at SLO over the trusted open-loop points (None without an SLO or any open-loop
+    point); the suspect points left out are named in its note."""
+    open_pts = [p for p in a.points if p.rate is not None]
     if how.slo is None or not open_pts:
         return None
-    return capacity_at_slo(
-        [(p.rate, p.summary.slo_met or 0, p.summary.requests) for p in open_pts if p.rate is not None], how.target_pct
+    used = [p for p in a.trusted if p.rate is not None]
+    cap = capacity_at_slo([(p.load, p.summary.slo_met or 0, p.summary.requests) for p in used], how.target_pct)
+    left = [p for p in open_pts if not any(p is q for q in used)]
+    if not left:
+        return cap
+    why = "; ".join(f"{p.short_label}: {a.point_validity(p).withholding.why()}" for p in left)
+    s = "s" if len(left) > 1 else ""
+    return replace(
+        cap, note=f"{cap.note}; left out {len(left)} suspect point{s} ({why})" if used else f"no trusted point ({why})"
     )
-
-
-def _run_warnings(meta: dict[str, Any]) -> list[str]:
-    """What may have distorted the whole run: the client, the simulator, carried prefix caches."""
-    warnings = client_warnings(meta) + simulator_warnings(meta)
-    sw = meta.get("sweep") or {}
-    if sw and not sw.get("point_salt", True):
-        warnings.append(
-            "per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
-            "from one load point into the next, which flatters later points"
-        )
-    return warnings
 
 
 def _saturation(points: list[PointFigures]) -> str | None:

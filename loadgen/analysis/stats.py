@@ -5,23 +5,36 @@ from order statistics and the binomial distribution, which hold for any
 continuous distribution (and are conservative for discrete ones). A p99 from 50
 samples has no upper bound at 95 %: we say so (``inf``) rather than print a
 number that looks precise.
+
+Right-censored samples (``describe(..., censored=...)``): a request that never got
+its first token (or never finished) is known only to take *at least* its elapsed
+time. It joins the sample at that value, ranked after an exact sample of the same
+value. Each true order statistic is then >= the observed one, and <= the same
+rank among the exact samples alone (every censored sample taken as infinitely
+late), so: an estimate whose rank reaches a censored sample is a lower bound
+(``PctFlags.value``); the interval's lower end stays a valid confidence bound (a
+censored sample can only push it up); its upper end is taken over the exact
+samples at the same rank, and is unbounded when they run out.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, TypeAlias, TypedDict
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from scipy import stats as _sps
 
 __all__ = [
     "PERCENTILES",
     "Dist",
+    "PctFlags",
+    "ci_ranks",
     "DistJson",
     "PercentileJson",
+    "IntervalJson",
     "describe",
     "percentile_ci",
     "mean_ci",
@@ -36,6 +49,8 @@ __all__ = [
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 
 JsonNumber: TypeAlias = float | int | str | None  # what ``json_number`` writes
+
+Floats: TypeAlias = NDArray[np.float64]
 
 _NAN = float("nan")
 _INF = float("inf")
@@ -59,35 +74,44 @@ def _nearest_rank(n: int, q: float) -> int:
     return max(math.ceil(round(q * n, 9)), 1) - 1
 
 
-def percentile_ci(sorted_values: ArrayLike, p: float, confidence: float = 0.95) -> tuple[float, float, float]:
-    """(estimate, lower, upper) of the p-th percentile of sorted data.
+def ci_ranks(n: int, p: float, confidence: float = 0.95) -> tuple[int, int, int]:
+    """0-based ranks (estimate, lower, upper) of ``percentile_ci`` for n samples.
 
-    The estimate is the nearest-rank order statistic (numpy's "inverted_cdf"):
-    always an observed value. The interval [X_(l), X_(u)] is equal-tailed: with
-    K ~ Binomial(n, p/100) the number of samples below the true quantile, l is
-    the largest rank with P(K < l) <= alpha/2 and u the smallest with
-    P(K < u) >= 1 - alpha/2, so coverage is >= confidence. A side whose rank
-    falls outside 1..n is unbounded (-inf / +inf); n = 0 gives all NaN.
+    The estimate is the nearest-rank order statistic. With K ~ Binomial(n, p/100)
+    the number of samples below the true quantile, the lower rank l is the largest
+    with P(K < l) <= alpha/2 and the upper u the smallest with P(K < u) >= 1 - alpha/2,
+    so coverage is >= confidence. A lower index of -1, or an upper one of n, is
+    unbounded on that side.
     """
     if not 0 < p < 100:
         raise ValueError(f"percentile must be strictly between 0 and 100, got {p!r}")
     _check_prob("confidence", confidence)
-    x = np.asarray(sorted_values, dtype=np.float64)
-    n = x.size
-    if n == 0:
-        return (_NAN, _NAN, _NAN)
     q = p / 100.0
     tail = (1.0 - confidence) / 2.0
-    est = float(x[_nearest_rank(n, q)])
     # Lower: largest k (= l - 1) with cdf(k) <= tail; ppf gives the smallest with cdf >= tail.
     k = int(_sps.binom.ppf(tail, n, q))
     if _sps.binom.cdf(k, n, q) > tail:
         k -= 1
-    lo = float(x[k]) if k >= 0 else -_INF
     # Upper: smallest k (= u - 1) with cdf(k) >= 1 - tail; rank u = k + 1 -> index k.
     ku = int(_sps.binom.ppf(1.0 - tail, n, q))
-    hi = float(x[ku]) if ku < n else _INF
-    return (est, lo, hi)
+    return _nearest_rank(n, q), max(k, -1), min(ku, n)
+
+
+def percentile_ci(sorted_values: ArrayLike, p: float, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, lower, upper) of the p-th percentile of sorted data.
+
+    The estimate is the nearest-rank order statistic (numpy's "inverted_cdf"):
+    always an observed value. The interval [X_(l), X_(u)] is equal-tailed
+    (``ci_ranks``); a side whose rank falls outside 1..n is unbounded
+    (-inf / +inf); n = 0 gives all NaN.
+    """
+    x = np.asarray(sorted_values, dtype=np.float64)
+    n = x.size
+    if n == 0:
+        ci_ranks(1, p, confidence)  # the same checks of p and confidence
+        return (_NAN, _NAN, _NAN)
+    k, lo, hi = ci_ranks(n, p, confidence)
+    return (float(x[k]), float(x[lo]) if lo >= 0 else -_INF, float(x[hi]) if hi < n else _INF)
 
 
 def mean_ci(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -171,22 +195,62 @@ def json_number(x: float | np.integer[Any] | np.floating[Any] | None) -> JsonNum
     return f
 
 
+def _finite(x: float) -> float | None:
+    """A number for JSON, None where NaN or infinite (an infinite bound says so in a flag)."""
+    return float(x) if math.isfinite(x) else None
+
+
+class PctFlags(NamedTuple):
+    """Which figures of a percentile are only lower bounds, because of censored samples.
+
+    ``value``: a censored sample ranks at or below the estimate, so the true
+    percentile may be higher (shown ``>= x``). ``lo``: the same for the interval's
+    lower end, which stays a valid lower confidence bound. The upper end needs no
+    flag: it is over exact samples only, or unbounded.
+    """
+
+    value: bool = False
+    lo: bool = False
+
+
+_EXACT = PctFlags()
+
+
+class IntervalJson(TypedDict):
+    lo: float | None  # null where unbounded (see the flag) or undefined (n = 0)
+    hi: float | None
+    lo_unbounded: bool
+    hi_unbounded: bool
+
+
 class PercentileJson(TypedDict):
-    value: JsonNumber
-    lo: JsonNumber
-    hi: JsonNumber
+    value: float | None
+    lower_bound: bool  # the true percentile may be higher (censored samples): ">= value"
+    lo: float | None
+    lo_lower_bound: bool
+    hi: float | None
+    lo_unbounded: bool
+    hi_unbounded: bool
 
 
 class DistJson(TypedDict):
-    """``Dist.to_json``: numbers as ``json_number`` writes them (NaN -> null, inf -> "inf")."""
+    """``Dist.to_json``: strict JSON (no NaN, no "inf"): null plus an explicit flag."""
 
     n: int
-    mean: JsonNumber
-    mean_ci: list[JsonNumber]
-    min: JsonNumber
-    max: JsonNumber
+    censored: int
+    mean: float | None
+    mean_lower_bound: bool
+    mean_ci: IntervalJson
+    min: float | None
+    min_lower_bound: bool
+    max: float | None
+    max_lower_bound: bool
     confidence: float
     percentiles: dict[str, PercentileJson]
+
+
+def _interval_json(lo: float, hi: float) -> IntervalJson:
+    return IntervalJson(lo=_finite(lo), hi=_finite(hi), lo_unbounded=lo == -_INF, hi_unbounded=hi == _INF)
 
 
 @dataclass(frozen=True)
@@ -194,7 +258,10 @@ class Dist:
     """One metric's distribution: count, mean with CI, percentiles with CI, extremes.
 
     ``pcts`` maps "p50" .. "p99.9" to (estimate, lower, upper); an infinite bound
-    means "unbounded at this sample size".
+    means "unbounded at this sample size". ``n`` counts every sample, the
+    ``censored`` ones (known only to be at least their value) included; ``flags``
+    says which percentile figures are lower bounds (none when nothing is censored).
+    With censored samples the mean is a lower bound and its upper end unbounded.
     """
 
     n: int
@@ -205,36 +272,100 @@ class Dist:
     min: float
     max: float
     confidence: float = 0.95
+    censored: int = 0
+    flags: dict[str, PctFlags] = field(default_factory=dict)
+    min_lower_bound: bool = False
 
     def pct(self, p: float) -> tuple[float, float, float]:
         """(estimate, lower, upper) for percentile p, e.g. ``d.pct(99)``."""
         return self.pcts[pct_key(p)]
 
+    def pct_flags(self, p: float) -> PctFlags:
+        """Which of percentile p's figures are lower bounds (``flags``)."""
+        return self.flags.get(pct_key(p), _EXACT)
+
+    def lower_bound(self, p: float) -> bool:
+        """True when percentile p's estimate is only a lower bound (render it ``>= x``)."""
+        return self.pct_flags(p).value
+
+    @property
+    def mean_lower_bound(self) -> bool:
+        return self.censored > 0
+
+    @property
+    def max_lower_bound(self) -> bool:
+        return self.censored > 0
+
     def to_json(self) -> DistJson:
+        pcts: dict[str, PercentileJson] = {}
+        for k, (v, lo, hi) in self.pcts.items():
+            f = self.flags.get(k, _EXACT)
+            pcts[k] = PercentileJson(
+                value=_finite(v),
+                lower_bound=f.value,
+                lo=_finite(lo),
+                lo_lower_bound=f.lo,
+                hi=_finite(hi),
+                lo_unbounded=lo == -_INF,
+                hi_unbounded=hi == _INF,
+            )
         return {
             "n": int(self.n),
-            "mean": json_number(self.mean),
-            "mean_ci": [json_number(self.mean_lo), json_number(self.mean_hi)],
-            "min": json_number(self.min),
-            "max": json_number(self.max),
+            "censored": int(self.censored),
+            "mean": _finite(self.mean),
+            "mean_lower_bound": self.mean_lower_bound,
+            "mean_ci": _interval_json(self.mean_lo, self.mean_hi),
+            "min": _finite(self.min),
+            "min_lower_bound": self.min_lower_bound,
+            "max": _finite(self.max),
+            "max_lower_bound": self.max_lower_bound,
             "confidence": self.confidence,
-            "percentiles": {
-                k: PercentileJson(value=json_number(v), lo=json_number(lo), hi=json_number(hi))
-                for k, (v, lo, hi) in self.pcts.items()
-            },
+            "percentiles": pcts,
         }
+
+
+def _clean(values: ArrayLike | None) -> Floats:
+    if values is None:
+        return np.empty(0)
+    x = np.asarray(values, dtype=np.float64).ravel()
+    return x[~np.isnan(x)]
 
 
 def describe(
     values: ArrayLike,
     confidence: float = 0.95,
     percentiles: tuple[float, ...] = PERCENTILES,
+    censored: ArrayLike | None = None,
 ) -> Dist:
-    """Summarise a sample (NaNs dropped) into a Dist."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    x = np.sort(x[~np.isnan(x)])
+    """Summarise a sample (NaNs dropped) into a Dist; ``censored`` are right-censored
+    samples: each true value is at least the one given (see the module's docstring)."""
+    x = np.sort(_clean(values))
+    c = _clean(censored)
+    if c.size:
+        return _describe_censored(x, c, confidence, percentiles)
     m, lo, hi = mean_ci(x, confidence)
     pcts = {pct_key(p): percentile_ci(x, p, confidence) for p in percentiles}
     if x.size == 0:
         return Dist(0, m, lo, hi, pcts, _NAN, _NAN, confidence)
     return Dist(int(x.size), m, lo, hi, pcts, float(x[0]), float(x[-1]), confidence)
+
+
+def _describe_censored(x: Floats, c: Floats, confidence: float, percentiles: tuple[float, ...]) -> Dist:
+    """``describe`` with censored samples ``c`` beside the exact, sorted ``x``."""
+    y = np.concatenate([x, c])
+    cens = np.concatenate([np.zeros(x.size, dtype=bool), np.ones(c.size, dtype=bool)])
+    order = np.lexsort((cens, y))  # by value; at a tie the exact sample first
+    y, cens = y[order], cens[order]
+    n, first = y.size, int(np.argmax(cens))  # the lowest rank a censored sample holds
+    pcts, flags = {}, {}
+    for p in percentiles:
+        k, lo, hi = ci_ranks(n, p, confidence)
+        key = pct_key(p)
+        pcts[key] = (
+            float(y[k]),
+            float(y[lo]) if lo >= 0 else -_INF,
+            float(x[hi]) if hi < x.size else _INF,  # every censored sample taken as infinitely late
+        )
+        flags[key] = PctFlags(value=first <= k, lo=0 <= lo and first <= lo)
+    m, m_lo, _ = mean_ci(y, confidence)
+    return Dist(n, m, m_lo, _INF, pcts, float(y[0]), float(y[-1]), confidence, int(c.size), flags, bool(cens[0]))

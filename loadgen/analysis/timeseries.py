@@ -32,8 +32,10 @@ _HIST_DIGITS = 3
 class IntervalHistograms:
     """Latency histograms (microseconds, 3 significant digits) of one interval.
 
-    TTFT by the interval of the first token, ITL by the interval of the chunk,
-    E2E by the interval of completion; ok requests only. Intervals (or worker
+    TTFT by the interval of the first token and ITL by the interval of the chunk,
+    of every request that got them however it ended (as ``metrics.summarize`` counts
+    them); E2E by the interval of completion, ok requests only (a histogram holds
+    no censored sample: a request that never finished has no completion interval). Intervals (or worker
     shards aligned on the same ``t0_ns``) merge exactly with ``HdrHistogram.add``.
     """
 
@@ -141,11 +143,10 @@ def _series(table: pa.Table, interval_s: float, t0_ns: int | None) -> _Series | 
     def per(t: Ints, mask: Mask) -> NDArray[np.intp]:
         return np.bincount(_bucket(t[mask], t0, step, nb), minlength=nb)
 
-    m = c.ok & has_first & (c.out >= 1)
-    ttft = _Sparse.of(_bucket(first[m], t0, step, nb), ms(first[m], c.t_sched[m]))
+    ttft = _Sparse.of(_bucket(first[has_first], t0, step, nb), ms(first[has_first], c.t_sched[has_first]))
     m = c.ok & has_done
     e2e = _Sparse.of(_bucket(done[m], t0, step, nb), ms(done[m], c.t_sched[m]))
-    sel = c.ok[c.c_owner] & (c.c_tok > 0)
+    sel = c.c_tok > 0
     gap, has_prev = gaps(c.c_owner[sel], c.c_ns[sel])
     k = c.c_tok[sel][has_prev]
     itl = _Sparse.of(_bucket(c.c_ns[sel][has_prev], t0, step, nb), gap[has_prev] / 1e6 / k, k)

@@ -1,68 +1,388 @@
-"""Reasons to distrust or qualify a point's figures, in plain words (DESIGN.md, "validity is data").
+"""Validity is data (DESIGN.md): what may have distorted a run or a load point, as codes and words.
 
-``validity_warnings`` reads a Summary and says where the client fell behind, the sample
-is too small for a bounded p99, the endpoint miscounted or buffered tokens, or requests
-failed; ``compact_warnings`` folds its per-metric "only N samples" lines into one. Every
-view of a point (the sweep's live lines, the reports, the gate) words them the same.
+Every reason to distrust or qualify a figure is a ``Caveat`` (a code and a readable
+message). Some codes make the run or point *suspect*: its figures may be wrong, or too
+imprecise for the verdicts asked; a ``Validity`` carries them. The other caveats qualify
+figures without making them suspect (some requests failed, outputs ended early, ...).
+
+Suspect codes (``SUSPECT_CODES``):
+- ``client_lag``: schedule lag p99 above the limit: the client fell behind its schedule;
+- ``client_cpu``: the client used >= 90% of a core over a point long enough to tell;
+- ``sim_late``: the built-in simulator fell behind its own model;
+- ``few_samples``: fewer samples than a bounded p99 needs (or none);
+- ``interrupted``: the run (or point) was stopped before it finished;
+- ``writer_degraded``: records were written in a degraded form (some fields lost);
+- ``cache_warm``, ``traffic_differs``: hooks for the prefix-cache and traffic checks
+  (their caveats are passed in by the code that detects them).
+
+Verdicts respect validity: compare's winners, the gate's PASS/FAIL, the sweep's
+saturation call, capacity and frontier are made only on points that are not suspect.
+``few_samples`` is the one code that does not withhold them: each of those verdicts has
+its own sample-size rule (confidence bounds, the profile's ``min_samples``, the
+saturation call's count guard), which decides whether the samples suffice for *that*
+verdict; ``Validity.withholding`` leaves it out.
 """
 
 from __future__ import annotations
 
-import re
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from loadgen.analysis.metrics import Summary
 from loadgen.analysis.stats import min_samples_bounded
+from loadgen.run_folder import point_states, run_state_of
 
-__all__ = ["validity_warnings", "compact_warnings"]
+__all__ = [
+    "SUSPECT_CODES",
+    "SIZED_CODES",
+    "MIN_CPU_WALL_S",
+    "Caveat",
+    "Validity",
+    "VALID",
+    "ValidityJson",
+    "summary_caveats",
+    "client_caveats",
+    "simulator_caveats",
+    "state_caveats",
+    "run_state",
+    "point_state",
+    "interruption",
+    "run_caveats",
+    "point_caveats",
+    "validity_json",
+    "validity_warnings",
+    "compact_warnings",
+]
 
-_FEW = re.compile(r"^only (\d+) (\S+) samples: a p99 with a bounded (\S+) interval needs at least (\d+)$")
+SUSPECT_CODES = (
+    "client_lag",
+    "client_cpu",
+    "sim_late",
+    "few_samples",
+    "interrupted",
+    "cache_warm",
+    "traffic_differs",
+    "writer_degraded",
+)
+SIZED_CODES = ("few_samples",)  # left to each verdict's own sample-size rule
+MIN_CPU_WALL_S = 1.0  # a point shorter than this is too short for its CPU share to mean anything
+CPU_SATURATED = 0.9
 
 
-def validity_warnings(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[str]:
-    """Reasons a reader should distrust or qualify this result, in plain words."""
+@dataclass(frozen=True)
+class Caveat:
+    """One reason to distrust or qualify a figure: a stable code and a readable message."""
+
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Validity:
+    """``valid``, or ``suspect`` with its codes and one message per code."""
+
+    state: str = "valid"
+    codes: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, caveats: Iterable[Caveat]) -> Validity:
+        """The suspect codes among ``caveats`` (the first message of each code)."""
+        seen: dict[str, str] = {}
+        for c in caveats:
+            if c.code in SUSPECT_CODES and c.code not in seen:
+                seen[c.code] = c.message
+        if not seen:
+            return VALID
+        return cls("suspect", tuple(seen), tuple(seen.values()))
+
+    @property
+    def suspect(self) -> bool:
+        return self.state == "suspect"
+
+    @property
+    def withholding(self) -> Validity:
+        """The codes that withhold a verdict with its own sample-size rule: all but ``few_samples``."""
+        return Validity.of(Caveat(c, r) for c, r in zip(self.codes, self.reasons, strict=True) if c not in SIZED_CODES)
+
+    def merged(self, other: Validity) -> Validity:
+        """Both sets of codes (a point's own and its run's)."""
+        mine = [Caveat(c, r) for c, r in zip(self.codes, self.reasons, strict=True)]
+        theirs = [Caveat(c, r) for c, r in zip(other.codes, other.reasons, strict=True)]
+        return Validity.of(mine + theirs)
+
+    def why(self) -> str:
+        """The reasons in one line ("" when valid)."""
+        return "; ".join(self.reasons)
+
+    def __str__(self) -> str:
+        return "valid" if not self.suspect else f"suspect ({', '.join(self.codes)}): {self.why()}"
+
+
+VALID = Validity()
+
+
+class ValidityJson(TypedDict):
+    """summary.json's "validity": the state, the suspect codes, and every caveat as {code, message}."""
+
+    state: str
+    codes: list[str]
+    warnings: list[dict[str, str]]
+
+
+def validity_json(caveats: Iterable[Caveat], also: Validity = VALID) -> ValidityJson:
+    """summary.json's "validity" for these caveats (``also``: run-level codes to add to a point's)."""
+    cs = list(caveats)
+    v = Validity.of(cs).merged(also)
+    return {"state": v.state, "codes": list(v.codes), "warnings": [c.to_json() for c in cs]}
+
+
+# --------------------------------------------------------------------------- from the records
+
+
+def summary_caveats(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[Caveat]:
+    """What the figures of one window say about themselves: lag, sample size, token honesty, failures."""
     s, out = summary, []
-    lag99 = s.schedule_lag.pct(99)[0]
+    if s.requests == 0:
+        return [Caveat("few_samples", "no requests in the window")]
+    lag99 = s.schedule_lag.pct(99)[0] if s.schedule_lag.n else math.nan
     if lag99 > lag_p99_limit_ms:
         out.append(
-            f"schedule lag p99 is {lag99:.1f} ms (limit {lag_p99_limit_ms:g} ms): "
-            "the client fell behind its schedule; result suspect"
-        )
-    if s.ok == 0 and s.requests:
-        out.append(f"no request succeeded out of {s.requests} in the window")
-    for name, d in (("TTFT", s.ttft), ("TPOT", s.tpot), ("E2E", s.e2e)):
-        need = max(min_samples, min_samples_bounded(99, d.confidence))
-        if 0 < d.n < need:
-            out.append(
-                f"only {d.n} {name} samples: a p99 with a bounded {d.confidence:.0%} interval needs at least {need}"
+            Caveat(
+                "client_lag",
+                f"schedule lag p99 is {lag99:.1f} ms (limit {lag_p99_limit_ms:g} ms): "
+                "the client fell behind its schedule; result suspect",
             )
+        )
+    if s.ok == 0:
+        out.append(Caveat("no_success", f"no request succeeded out of {s.requests} in the window"))
+    out += _few_samples(s, min_samples)
     if s.token_mismatch:
-        out.append(f"{s.token_mismatch} requests: reported output tokens differ from the streamed count")
+        out.append(
+            Caveat(
+                "token_mismatch", f"{s.token_mismatch} requests: reported output tokens differ from the streamed count"
+            )
+        )
     if s.prompt_compared and abs(s.prompt_gap_pct) > 10:
         out.append(
-            f"prompt tokens reported differ from requested by {s.prompt_gap_pct:+.1f} % "
-            "(tokenizer mismatch? prompts are not the size intended)"
+            Caveat(
+                "prompt_gap",
+                f"prompt tokens reported differ from requested by {s.prompt_gap_pct:+.1f} % "
+                "(tokenizer mismatch? prompts are not the size intended)",
+            )
         )
     if s.output_short:
         out.append(
-            f"{s.output_short} of {s.ok} ok requests ended before max_tokens "
-            "(is ignore_eos honoured?); shorter outputs flatter latency"
+            Caveat(
+                "output_short",
+                f"{s.output_short} of {s.ok} ok requests ended before max_tokens "
+                "(is ignore_eos honoured?); shorter outputs flatter latency",
+            )
         )
     if s.single_burst:
-        out.append(f"{s.single_burst} responses arrived in one chunk (buffered, not streamed?)")
+        out.append(Caveat("single_burst", f"{s.single_burst} responses arrived in one chunk (buffered, not streamed?)"))
     if s.failed:
         detail = ", ".join(f"{k} {v}" for k, v in s.errors_by_status.items() if k != "cancelled")
-        out.append(f"{s.failed} of {s.requests} requests failed ({detail})")
+        out.append(Caveat("failed", f"{s.failed} of {s.requests} requests failed ({detail})"))
     if s.cancelled:
-        out.append(f"{s.cancelled} requests were cancelled (still in flight at stop)")
+        out.append(Caveat("cancelled", f"{s.cancelled} requests were cancelled (still in flight at stop)"))
     return out
 
 
+def _few_samples(s: Summary, min_samples: int) -> list[Caveat]:
+    """One caveat naming every latency figure with fewer samples than a bounded p99 needs."""
+    few, need, conf = [], 0, 0.95
+    for name, d in (("TTFT", s.ttft), ("TPOT", s.tpot), ("E2E", s.e2e)):
+        n_need = max(min_samples, min_samples_bounded(99, d.confidence))
+        if 0 < d.n < n_need:
+            few.append(f"{d.n} {name}")
+            need, conf = max(need, n_need), d.confidence
+    if not few:
+        return []
+    return [
+        Caveat(
+            "few_samples",
+            f"only {', '.join(few)} samples: a p99 with a bounded {conf:.0%} interval needs at least {need}",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- from run.json
+
+
+def client_caveats(client: Mapping[str, Any]) -> list[Caveat]:
+    """Where loadgen itself may have distorted a point (its run.json "client" block; a run merged
+    from workers gives the busiest worker's CPU share and the sum of their counts)."""
+    out = _cpu(client)
+    if client.get("sends_delayed_by_max_inflight"):
+        out.append(
+            Caveat(
+                "max_inflight",
+                f"{client['sends_delayed_by_max_inflight']} sends waited for --max-inflight: the open loop was capped",
+            )
+        )
+    if client.get("loop_lag_max_ms", 0) > 50:
+        out.append(
+            Caveat("client_loop_stall", f"the client's event loop stalled for up to {client['loop_lag_max_ms']:.0f} ms")
+        )
+    degraded = int(client.get("records_degraded") or 0)
+    if degraded:
+        out.append(
+            Caveat(
+                "writer_degraded",
+                f"{degraded} records could not be written whole and were kept in a degraded form "
+                "(ids, schedule and status only): their timings are missing",
+            )
+        )
+    return out + _slow_path(client)
+
+
+def _cpu(c: Mapping[str, Any]) -> list[Caveat]:
+    """client_cpu, only over a point long enough to tell; the share shown is clamped to 100% of a core."""
+    share, wall = float(c.get("cpu_utilisation") or 0.0), float(c.get("wall_seconds") or 0.0)
+    if not (share >= CPU_SATURATED and wall >= MIN_CPU_WALL_S):
+        return []
+    return [
+        Caveat(
+            "client_cpu",
+            f"client CPU was saturated ({min(share, 1.0):.0%} of a core over {wall:.1f} s): "
+            "timings may include client delay; add --workers or a bigger machine",
+        )
+    ]
+
+
+def _slow_path(client: Mapping[str, Any]) -> list[Caveat]:
+    """Every process without the client's fast path (each read stamped as it arrives), once per reason."""
+    processes = [client, *client.get("workers", [])]
+    whys = dict.fromkeys(
+        p.get("fast_read_why_not") or "no reason given" for p in processes if p.get("fast_read") is False
+    )
+    return [
+        Caveat(
+            "slow_path",
+            f"the client ran without its fast path ({why}): timing fell back to the slower path, "
+            "reads stamped when the request's task got to them and requests prepared at their instant "
+            "(so timings include more client delay)",
+        )
+        for why in whys
+    ]
+
+
+def simulator_caveats(meta: Mapping[str, Any]) -> list[Caveat]:
+    """sim_late when the built-in simulator fell behind its own model (run.json "simulator")."""
+    sim = meta.get("simulator") or {}
+    late, steps = sim.get("late_steps", 0), sim.get("steps", 0)
+    # a rare step a few ms late is scheduling noise; many, or a long stall, distort what was measured
+    if late and (late > 0.01 * max(steps, 1) or sim.get("max_lateness_ms", 0) > 20):
+        return [
+            Caveat(
+                "sim_late",
+                f"the simulator fell behind its own model on {late} of {steps} steps (up to "
+                f"{sim.get('max_lateness_ms', 0):.1f} ms late): its answers were slower than modelled",
+            )
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------- run state
+
+
+def run_state(meta: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(state, reason) of a run (or of one sweep point's entry) as ``run_folder.run_state_of`` reads
+    it: a ``running`` one whose process is gone is interrupted; one from before states were
+    written is complete unless its client says it was stopped."""
+    s = run_state_of(meta)
+    return s.state, s.reason
+
+
+def point_state(entry: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(state, reason) of one sweep point from its run.json entry."""
+    return run_state(entry)
+
+
+def state_caveats(state: str, reason: str | None, what: str = "run") -> list[Caveat]:
+    """``interrupted`` for a run (or point) that was stopped, or is still running (its figures so far)."""
+    if state == "running":
+        return [Caveat("interrupted", f"the {what} is still running: its figures cover only what was sent so far")]
+    if state != "interrupted":
+        return []
+    return [
+        Caveat(
+            "interrupted",
+            f"the {what} was interrupted ({reason or 'no reason recorded'}): "
+            "its figures cover only what was sent before the stop",
+        )
+    ]
+
+
+def interruption(meta: Mapping[str, Any]) -> str | None:
+    """The first line ``report``, ``gate`` and ``compare`` print for an interrupted run or sweep, else None."""
+    state, reason = run_state(meta)
+    points = meta.get("points") or []
+    cut = [
+        f"point {p.get('index', i)}" + (f" ({p['arrival']['label']})" if (p.get("arrival") or {}).get("label") else "")
+        for i, (p, ps) in enumerate(zip(points, point_states(meta), strict=True))
+        if ps.state == "interrupted"
+    ]
+    kind = "sweep" if "points" in meta else "run"
+    if state == "running":
+        return f"RUNNING: this {kind} is still running: its figures cover only what was sent so far"
+    if state != "interrupted" and not cut:
+        return None
+    line = f"INTERRUPTED: this {kind} was interrupted ({reason or 'a point was stopped'})"
+    if cut:
+        line += f"; {', '.join(cut)} {'was' if len(cut) == 1 else 'were'} cut short (shown, marked suspect)"
+    return line + "; its figures cover only what was sent before the stop"
+
+
+# --------------------------------------------------------------------------- a run, a point
+
+
+def run_caveats(meta: Mapping[str, Any]) -> list[Caveat]:
+    """What may have distorted a whole run: its state, the simulator, prefix caches carried
+    between points (a point's own caveats, its client's included, are ``point_caveats``)."""
+    state, reason = run_state(meta)
+    caveats = state_caveats(state, reason, "sweep" if "points" in meta else "run") + simulator_caveats(meta)
+    sw = meta.get("sweep") or {}
+    if sw and not sw.get("point_salt", True):
+        caveats.append(
+            Caveat(
+                "point_salt_off",
+                "per-point prompt salt was off (--no-point-salt): prefix-cache state carried "
+                "from one load point into the next, which flatters later points",
+            )
+        )
+    return caveats
+
+
+def point_caveats(
+    entry: Mapping[str, Any], summary: Summary, lag_limit_ms: float, *, more: Iterable[Caveat] = ()
+) -> list[Caveat]:
+    """A point's caveats: its state (a sweep point's own; a single run's is its run's), its
+    window's figures, its client (``entry``: its run.json point entry, or a single run's
+    ``{"phase": "run", "client": ...}``). ``more``: caveats found elsewhere, e.g. ``cache_warm``."""
+    state, reason = point_state(entry) if entry.get("phase") != "run" else ("complete", None)
+    return (
+        state_caveats(state, reason, "point")
+        + summary_caveats(summary, lag_p99_limit_ms=lag_limit_ms)
+        + client_caveats(entry.get("client") or {})
+        + list(more)
+    )
+
+
+# --------------------------------------------------------------------------- plain strings
+
+
+def validity_warnings(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[str]:
+    """The messages of ``summary_caveats`` (for views that show words only)."""
+    return [c.message for c in summary_caveats(summary, lag_p99_limit_ms=lag_p99_limit_ms, min_samples=min_samples)]
+
+
 def compact_warnings(warnings: list[str]) -> list[str]:
-    """Fold the per-metric "only N samples" lines of one point into one line; others pass unchanged."""
-    few = [m for w in warnings if (m := _FEW.match(w))]
-    if len(few) < 2:
-        return list(warnings)
-    rest = [w for w in warnings if not _FEW.match(w)]
-    counts = ", ".join(f"{m.group(1)} {m.group(2)}" for m in few)
-    need = max(int(m.group(4)) for m in few)
-    return [f"only {counts} samples: a p99 with a bounded {few[0].group(3)} interval needs at least {need}", *rest]
+    """Unchanged: ``summary_caveats`` already folds the per-metric sample counts into one line."""
+    return list(warnings)

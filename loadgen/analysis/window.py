@@ -72,7 +72,10 @@ def choose_window(
     no trimming every request is inside and a constant rate r gives an offered
     rate of exactly r. Time and count trims combine (the stricter wins); count
     trims follow t_sched order. A zero span (one request) gives
-    [t_sched, last completion].
+    [t_sched, last completion]. When requests were scheduled after the last instant
+    any record holds (a run stopped early: they are ``not_sent`` and nothing about
+    them was observed), the window ends at that instant: a request scheduled inside
+    it was observed for its whole wait, so it counts, censored, as a miss.
     """
     _check_trims(warmup_s, cooldown_s, warmup_requests, cooldown_requests)
     window = partial(  # every window records the trims asked for
@@ -102,6 +105,10 @@ def choose_window(
     end = span_end - round(cooldown_s * 1e9)
     if cooldown_requests:
         end = min(end, int(ts[n - cooldown_requests]))
+    seen = _observed_end(table)
+    cut = start < seen < min(last, end)  # (a cut that would leave no window is not made)
+    if cut:
+        end = seen
     if end <= start:
         raise MetricsError(
             f"warm-up and cool-down leave no measurement window: the schedule spans {(span_end - first) / 1e9:.3f} s"
@@ -110,6 +117,8 @@ def choose_window(
         f"requests scheduled in the window; warm-up {warmup_s:g} s / {warmup_requests} req, "
         f"cool-down {cooldown_s:g} s / {cooldown_requests} req"
     )
+    if cut:
+        how += f"; cut at the end of observation ({int((ts >= seen).sum())} requests scheduled after it)"
     return window(start, end, first, how=how)
 
 
@@ -120,6 +129,12 @@ def _check_trims(warmup_s: float, cooldown_s: float, warmup_requests: int, coold
     for name, k in (("warmup_requests", warmup_requests), ("cooldown_requests", cooldown_requests)):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise MetricsError(f"{name} must be an integer >= 0, got {k!r}")
+
+
+def _observed_end(table: pa.Table) -> int:
+    """The latest send, first/last chunk or end any record holds (0 when none)."""
+    ends = [int(v.max()) for k in ("t_sent", "t_first", "t_last", "t_done") if (v := _valid(table, k)).size]
+    return max(ends, default=0)
 
 
 def _valid(table: pa.Table, name: str) -> Ints:

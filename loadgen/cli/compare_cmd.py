@@ -61,6 +61,8 @@ def verdict_table(c: Comparison, verdicts: list[Verdict], title: str) -> Table:
     t.add_column("winner")
     for v in verdicts:
         win = Text(v.winner, style="bold green") if v.winner else Text("no clear winner", style="dim")
+        if v.withheld:
+            win = Text("withheld (suspect)", style="yellow")
         t.add_row(f"{v.metric} ({v.unit})", *[_cell(v.values.get(n)) for n in c.names], win)
     return t
 
@@ -68,6 +70,8 @@ def verdict_table(c: Comparison, verdicts: list[Verdict], title: str) -> Table:
 def print_comparison(c: Comparison, console: Console) -> None:
     from rich.text import Text
 
+    for line in c.suspects:  # first: a verdict on suspect data is no verdict
+        console.print(Text(line, style="bold red" if line.startswith(("SUSPECT", "INTERRUPTED")) else "bold yellow"))
     for m in c.mismatches:
         console.print(Text(f"WARNING: {m}", style="bold red"))
     for n in c.notes:

@@ -6,16 +6,23 @@ same values again when its config objects are built (``client.settings``). Every
 error, argparse's included, is one line on stderr and exit code 2::
 
     loadgen: error: argument --duration: 'nan' is not a finite number
+
+A value may start with a dash: ``--rates -1,2`` is read as ``--rates=-1,2`` (and then
+refused for its -1), where plain argparse takes ``-1,2`` for an unknown option and
+says "expected one argument". No loadgen option is a dash and a digit, so a token
+that is one (``-1``, ``-.5``, ``-1,2``, ``-2:8:x2``) after ``--flag`` is that flag's value.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
-from typing import NoReturn
+import re
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
 
-__all__ = ["Parser", "finite_float", "bounded_int", "error_line", "PORT"]
+__all__ = ["Parser", "attach_dash_values", "finite_float", "bounded_int", "error_line", "PORT"]
 
 
 def error_line(message: str) -> str:
@@ -30,6 +37,28 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, error_line(f"{message} (see '{self.prog} --help')") + "\n")
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(attach_dash_values(argv), namespace)
+
+
+_DASH_VALUE = re.compile(r"-\.?\d")  # -1, -.5, -1,2, -2:8:x2: a value, never a loadgen option
+
+
+def attach_dash_values(argv: list[str]) -> list[str]:
+    """``["--rates", "-1,2"]`` -> ``["--rates=-1,2"]``: a token that starts with a dash and
+    a digit, after a ``--flag`` with no ``=``, is that flag's value. Nothing after ``--``."""
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:]
+        prev = out[-1] if out else ""
+        if prev.startswith("--") and len(prev) > 2 and "=" not in prev and _DASH_VALUE.match(token):
+            out[-1] = f"{prev}={token}"
+        else:
+            out.append(token)
+    return out
 
 
 def _interval(lo: float | None, hi: float | None, above: bool) -> str:

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from loadgen.analysis.metrics import SLO
     from loadgen.conformance.slo import Profile
 
-EXIT_CODES = "exit code 0 pass, 1 fail, 3 inconclusive (see --inconclusive), 2 usage error"
+EXIT_CODES = (
+    "exit code 0 pass, 1 fail, 3 inconclusive (see --inconclusive; also when the run or the baseline "
+    "is suspect or was interrupted: a verdict on suspect data is no verdict), 2 usage error"
+)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,27 +7,37 @@ so ``loadgen --help`` answers at once. tests/test_cli_startup.py holds this.
 A user error is one line and exit code 2, never a traceback: argparse's errors
 (``flags.Parser``) and every ``LoadgenError``, which is caught here and nowhere
 else. Commands validate everything before they send anything, so such an error
-means no traffic was sent. tests/test_bad_input.py holds this.
+means no traffic was sent. tests/test_bad_input.py holds this. The line is redacted
+with the secrets the command was given (the API key, credentials in the endpoint URL).
+
+Exit codes (``run_cmd.EXIT_CODES``, shown in ``--help``): 0 done, 1 gate FAIL, 2 usage or
+bad input, 3 gate INCONCLUSIVE, 4 every request failed, 130 SIGINT, 143 SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from loadgen import __version__
 from loadgen.cli.flags import Parser, error_line
 from loadgen.errors import LoadgenError
+from loadgen.redaction import Secrets
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
 COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd", "sweep_cmd", "compare_cmd", "gate_cmd", "check_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from loadgen.cli.run_cmd import EXIT_CODES
+
     parser = Parser(
         prog="loadgen",
         description="Open-loop load generator and honest meter for OpenAI-compatible LLM endpoints.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -51,11 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except LoadgenError as e:
-        print(error_line(str(e)), file=sys.stderr)
+        print(secrets_of(args).redact(error_line(str(e))), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def secrets_of(args: argparse.Namespace) -> Secrets:
+    """The secrets a command was given, to redact from what it prints: its API key (from the
+    environment) and the credentials in its endpoint URL."""
+    key_env = getattr(args, "api_key_env", None)
+    key = os.environ.get(key_env) if key_env else None
+    url = getattr(args, "endpoint", None) or os.environ.get("OPENAI_BASE_URL")
+    return Secrets.of(api_key=key or os.environ.get("OPENAI_API_KEY"), url=url if isinstance(url, str) else None)
 
 
 if __name__ == "__main__":

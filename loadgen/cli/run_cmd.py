@@ -27,7 +27,7 @@ from loadgen.client.settings import (
     MAX_WORKERS,
     RunSettings,
 )
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, LoadgenError
 
 if TYPE_CHECKING:
     from loadgen.schedule import Arrival
@@ -40,6 +40,19 @@ INPUT_TOKENS, OUTPUT_TOKENS = 512, 128  # the synthetic chat sent without --work
 SECONDS = finite_float(0, MAX_DURATION_S, unit=" seconds")
 POSITIVE_SECONDS = finite_float(0, MAX_DURATION_S, above=True, unit=" seconds")
 LAG_MS = finite_float(0, 3.6e6, above=True, unit=" ms")
+
+EXIT_CODES = """\
+exit codes:
+  0    done (and the --gate verdict, if any, is PASS)
+  1    --gate verdict FAIL
+  2    usage error or bad input: nothing was sent
+  3    --gate verdict INCONCLUSIVE: a suspect run would decide it
+  4    every request failed: one line names the most common failure and its count
+  130  stopped by SIGINT (Ctrl-C): sending stopped, answers in flight drained, everything written
+  143  stopped by SIGTERM: the same
+
+A second Ctrl-C (or SIGTERM) ends the drain at once: what is still in flight is recorded
+as cancelled, what was never sent as not_sent."""
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -153,6 +166,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="send one load point and record every request",
         description="Send traffic at a rate (open loop) or concurrency (closed loop), "
         "time every streamed chunk, and write a run folder.",
+        epilog=EXIT_CODES
+        + "\n\nrun.json says running while the run runs, then complete or interrupted (with the reason).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_target_options(p)
     g = p.add_argument_group("load")
@@ -193,11 +209,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_traffic_options(p)
     add_timing_options(p)
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
-    p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
-    p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
+    add_output_options(p)
     add_sim_options(p)
     add_gate_options(p)
     p.set_defaults(func=main)
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let --out replace a run already in that folder (default: refuse)",
+    )
+    p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
 
 
 def preflight(args: argparse.Namespace) -> None:
@@ -311,24 +336,50 @@ def main(args: argparse.Namespace) -> int:
     workload = resolve_workload(args)
     api_key = api_key_from_env(args.api_key_env)
 
-    from loadgen.client.run import execute, new_run_id
-    from loadgen.records import make_folder
-
-    out = make_folder(Path(args.out) if args.out else Path("runs") / new_run_id())
     from loadgen.analysis.run_summary import summarize_run
     from loadgen.cli.live import LiveView
+    from loadgen.client.run import execute, new_run_id
 
+    out = Path(args.out) if args.out else Path("runs") / new_run_id()
     view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {settings.arrival}")
     with view:
-        result = execute(settings, workload, out, api_key=api_key, sim_flags=sim_args(args), on_engine=view.attach)
-    report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)
-    from loadgen.report.terminal import print_run
+        result = execute(
+            settings,
+            workload,
+            out,
+            api_key=api_key,
+            sim_flags=sim_args(args),
+            on_engine=view.attach,
+            force=args.force,
+        )
+    try:
+        report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)
+    except LoadgenError as e:
+        if not result.interrupted:
+            raise
+        print(f"no report: {e}")  # stopped before anything could be summarised
+    else:
+        from loadgen.report.html import write_report
+        from loadgen.report.terminal import print_run
 
-    print_run(report)
-    from loadgen.report.html import write_report
+        print_run(report)
+        print(f"report: {write_report(out)}")
+    cut = result.cut_inflight if result.drain_cut else None
+    return ending(result.interrupted, result.stop_reason, cut, result.failure) or gate_after_run(out, args)
 
-    print(f"report: {write_report(out)}")
-    if result.interrupted:
-        print("interrupted: sending stopped; every finished request is in the records")
-        return 130
-    return gate_after_run(out, args)
+
+def ending(interrupted: bool, stop_reason: str | None, cut_inflight: int | None, failure: str | None) -> int:
+    """Say how a run or sweep ended, if not plainly; its exit code (0: go on to the gate)."""
+    import sys
+
+    from loadgen.client.interrupts import exit_code
+
+    if cut_inflight is not None:
+        print(f"second interrupt: drain cut short; {cut_inflight} in flight recorded as cancelled")
+    if interrupted:
+        print(f"interrupted ({stop_reason}): sending stopped; every request sent is in the records")
+        return exit_code(stop_reason) or 130
+    if failure:
+        print(f"loadgen: every request failed: {failure}", file=sys.stderr)
+        return 4
+    return 0

@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING
 from loadgen.cli.flags import finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, gate_profile
 from loadgen.cli.run_cmd import (
+    EXIT_CODES,
     POSITIVE_SECONDS,
     SECONDS,
+    add_output_options,
     add_target_options,
     add_timing_options,
     add_traffic_options,
+    ending,
     preflight,
     resolve_workload,
     shared_settings,
@@ -41,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="sweep load points; Pareto frontier, goodput, capacity at SLO, report.html",
         description="Send a series of load points (or search for saturation and capacity at SLO) "
         "and draw the throughput-vs-interactivity Pareto curve.",
+        epilog=EXIT_CODES + "\n\nrun.json, and each point's entry in it, says running while it runs, then\n"
+        "complete or interrupted (with the reason); an interrupted point is kept and shown,\n"
+        "and no further point is sent.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_target_options(p)
     g = p.add_argument_group("load points")
@@ -104,8 +111,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_timing_options(p)
     p.set_defaults(drain=15.0)  # a sweep moves on: answers still running 15 s after a point are cancelled
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
-    p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<run id>)")
-    p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
+    add_output_options(p)
     add_sim_options(p)
     add_gate_options(p)
     p.set_defaults(func=main)
@@ -219,7 +225,6 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
 def main(args: argparse.Namespace) -> int:
     from loadgen.client.run import new_run_id
     from loadgen.client.settings import api_key_from_env
-    from loadgen.records import make_folder
 
     # everything is checked before anything is started or sent (and before the reports' imports)
     preflight(args)
@@ -227,7 +232,7 @@ def main(args: argparse.Namespace) -> int:
     gate_profile(args)  # --gate's profile, tolerance and baseline
     resolve_workload(args)  # a bad workload spec (each point builds its own, salted)
     api_key = api_key_from_env(args.api_key_env)
-    out = make_folder(Path(args.out) if args.out else Path("runs") / new_run_id())
+    out = Path(args.out) if args.out else Path("runs") / new_run_id()
 
     from rich.console import Console
     from rich.text import Text
@@ -255,13 +260,13 @@ def main(args: argparse.Namespace) -> int:
             sim_flags=sim_args(args),
             on_point=view.on_point,
             on_engine=view.attach,
+            force=args.force,
         )
+    cut = result.cut_inflight if result.drain_cut else None
     if not result.points:
-        raise LoadgenError("the sweep was stopped before its first point finished")
+        if not result.interrupted:
+            raise LoadgenError("the sweep ended before its first point was sent")
+        return ending(True, result.stop_reason, cut, None)
     report = render_sweep(out)
     report.print(Console(width=None if sys.stdout.isatty() else 160))
-    code = gate_after_run(out, args)  # 0 unless --gate was given
-    if result.interrupted:
-        print("interrupted: the sweep stopped; every finished point is in the run folder")
-        return 130
-    return code
+    return ending(result.interrupted, result.stop_reason, cut, result.failure) or gate_after_run(out, args)

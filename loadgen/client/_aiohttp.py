@@ -8,8 +8,8 @@ to a callback from inside the protocol's ``data_received``, each stamped as the 
 delivers it, and the task wakes once, at the end of the body. And a request prepared
 early is written into a stand-in transport and its bytes held until its instant.
 
-The internals, each used only in this module. ``fast_path`` checks them all at the start of
-every run; every one is in aiohttp 3.11.0 to 3.14.5 (the pinned range, pyproject.toml: the
+The internals, each used only here (and probed by ``_aiohttp_fit.fast_path`` at the start of
+every run); every one is in aiohttp 3.11.0 to 3.14.5 (the pinned range, pyproject.toml: the
 tests pass on 3.11.0, 3.11.18, 3.12.15, 3.13.5 and 3.14.5):
 
 - ``TCPConnector._factory`` (3.9 on): the protocol factory the connector opens connections
@@ -41,15 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import inspect
 from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
-from loadgen.client.holds import HoldQueue
-from loadgen.client.transport import SEQ_HEADER, Exchange, FastPath, Holds, OnRead
+from loadgen.client.transport import SEQ_HEADER, Exchange, Holds, OnRead
 from loadgen.clock import Clock
 
 __all__ = [
@@ -57,7 +55,6 @@ __all__ = [
     "HeldWrite",
     "StampingHandler",
     "answer_arrived",
-    "fast_path",
     "install",
     "read_body",
     "release",
@@ -163,9 +160,16 @@ class StampingHandler(ResponseHandler):
         super().feed_data(data, size)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self.lg_body is not None and not self.lg_body.reading:
-            release(self.lg_body.content)  # its request ended before reading it: nothing is kept for it
+        body = self.lg_body
+        if body is not None and not body.reading:
+            release(body.content)  # its request ended before reading it: nothing is kept for it
         super().connection_lost(exc)
+        # A body the parser gave up on (a chunk size that is not hex, say) is left by aiohttp
+        # neither ended nor failed, and its reader would wait for a timeout: it fails now.
+        content = body.content if body is not None and body.reading else None
+        if content is not None and not content.is_eof() and content.exception() is None:
+            why = self.exception() or exc
+            content.set_exception(aiohttp.ClientPayloadError(f"Response payload is not completed: {why!r}"))
 
 
 def _body_of(content: StreamReader) -> _Body | None:
@@ -305,6 +309,8 @@ def request_class(calls: dict[int, Call], clock: Clock, holds: Holds) -> type[ai
         async def write_bytes(self, writer: Any, conn: Any, *args: Any, **kwargs: Any) -> None:
             call, proto = call_of(self), conn.protocol
             if call is None or proto is None or proto.transport is None or call.ex.at <= clock():
+                if call is not None:
+                    call.ex.t_sent = clock()  # (a cut-off during the write must not read as "never sent")
                 await super().write_bytes(writer, conn, *args, **kwargs)
                 if call is not None:
                     call.ex.t_sent = clock()
@@ -323,69 +329,6 @@ def request_class(calls: dict[int, Call], clock: Clock, holds: Holds) -> type[ai
                 )
 
     return StampingRequest
-
-
-_READER_PARTS = (
-    *("__slots__", "_protocol", "_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits"),
-    *("begin_http_chunk_receiving", "end_http_chunk_receiving"),
-)
-_PROBE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-
-
-class _Nowhere(asyncio.Transport):
-    """A transport for the probe: the protocol is fed by hand and writes go nowhere."""
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def write(self, data: Any) -> None:
-        pass
-
-
-def _probe(loop: asyncio.AbstractEventLoop) -> str:
-    """Feed a canned answer to a ``StampingHandler``: '' when its body was hooked and its reads
-    kept with their times, else what went otherwise."""
-    handler = StampingHandler(loop, clock=lambda: 7, holds=HoldQueue(lambda: 7))
-    try:
-        handler.connection_made(_Nowhere())
-        handler.set_response_params(read_until_eof=False, auto_decompress=False, read_timeout=None)
-        handler.data_received(_PROBE_HEAD + b"3\r\nabc\r\n")
-        body = handler.lg_body
-        if body is None or type(body.content) is not _Hooked:
-            return "the response protocol did not hand over a plain body reader"
-        handler.data_received(b"2\r\nde\r\n0\r\n\r\n")
-        if body.early != [b"abc", b"de"] or body.early_t != [7, 7] or not body.content.is_eof():
-            return "a hooked body reader did not pass its reads on"
-        held: Any = HeldWrite(handler.transport)  # what a held write does: stand in for the transport
-        handler.transport = held
-        if handler.transport is not held:
-            return "a connection's transport cannot be stood in for"
-        return ""
-    except Exception as e:  # any other shape of aiohttp's internals
-        return f"the response protocol failed a canned answer ({type(e).__name__}: {e})"
-    finally:
-        handler.lg_body = None
-        handler.transport = None
-
-
-def fast_path(connector: aiohttp.TCPConnector) -> FastPath:
-    """Whether every internal listed at the top of this module is there, and works, on this aiohttp."""
-    missing = [f"StreamReader.{a}" for a in _READER_PARTS if not hasattr(StreamReader, a)]
-    if not hasattr(connector, "_factory"):
-        missing.append("TCPConnector._factory")
-    if list(inspect.signature(aiohttp.ClientRequest.write_bytes).parameters)[:3] != ["self", "writer", "conn"]:
-        missing.append("ClientRequest.write_bytes(writer, conn)")
-    why = f"{', '.join(missing)} not found" if missing else _probe(asyncio.get_running_loop())
-    return FastPath(not why, f"aiohttp {aiohttp.__version__}: {why}" if why else "")
 
 
 def install(connector: aiohttp.TCPConnector, clock: Clock, holds: Holds) -> None:

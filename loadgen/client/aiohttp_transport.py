@@ -1,7 +1,11 @@
 """The engine's transport over aiohttp: a ``Transport`` (see transport.py).
 
 Every aiohttp setting is chosen for load rather than left at aiohttp's defaults (which cap
-connections at 100, time out at 300 s and decompress). The aiohttp internals that make
+connections at 100, time out at 300 s and decompress). Requests ask for an uncompressed answer
+(the engine sends ``Accept-Encoding: identity``, which replaces aiohttp's own ``gzip, deflate``);
+an answer compressed anyway is not decoded but reported as exactly that (``bad_stream``), so the
+stream's bytes are read as they come, on the fast path, or not at all. A body that is not 200
+is read up to ``ERROR_BODY_BYTES``. The aiohttp internals that make
 timing precise and cheap (stamping reads in the protocol, holding a prepared request to its
 instant) live in ``_aiohttp.py``; this module uses aiohttp's public API, and falls back to it
 entirely when ``_aiohttp.fast_path`` says those internals do not fit the installed aiohttp.
@@ -18,13 +22,16 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from loadgen.client._aiohttp import Call, answer_arrived, fast_path, install, read_body, request_class
-from loadgen.client.transport import Exchange, FastPath, Holds, OnRead, WireError
+from loadgen.client._aiohttp import Call, answer_arrived, install, read_body, release, request_class
+from loadgen.client._aiohttp_fit import fast_path
+from loadgen.client.transport import Exchange, FastPath, Holds, OnRead, WireError, compressed
 from loadgen.clock import Clock
 
 __all__ = ["AiohttpTransport"]
 
 _STALE_RETRIES = 64  # each failed try drops one dead pooled connection; a fresh one ends it
+ERROR_BODY_BYTES = 64 * 1024  # of an answer that is not 200, this much is read (it is an error message)
+_IDENTITY = ("", "identity")
 
 
 class AiohttpTransport:
@@ -70,9 +77,17 @@ class AiohttpTransport:
             async with await self._post(call) as resp:
                 ex.t_headers = answer_arrived(resp.content) or self._clock()
                 ex.status, ex.content_type = resp.status, resp.content_type
+                encoding = resp.headers.get("Content-Encoding", "identity")
+                if encoding.strip().lower() not in _IDENTITY:  # asked for none: its bytes are not the stream
+                    release(resp.content)
+                    resp.close()  # the rest of it never reaches a pooled connection
+                    if resp.status == 200:
+                        raise WireError("bad_stream", compressed(encoding))
+                    ex.error = f"(a body compressed with Content-Encoding: {encoding})".encode()
+                    return
                 if resp.status != 200:
                     ex.retry_after = resp.headers.get("Retry-After")
-                    ex.error = await resp.content.read(4096)
+                    ex.error = await _capped(resp.content, ERROR_BODY_BYTES)
                     return
                 await read_body(resp.content, on_read, self._clock)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
@@ -107,6 +122,19 @@ class AiohttpTransport:
                 if not call.reused:
                     raise
         raise aiohttp.ClientOSError(f"{_STALE_RETRIES} pooled connections in a row were closed under the request")
+
+
+async def _capped(content: aiohttp.StreamReader, cap: int) -> bytes:
+    """The body's first ``cap`` bytes (all of it, if shorter): never an unbounded read."""
+    parts: list[bytes] = []
+    size = 0
+    while size < cap:
+        data = await content.read(cap - size)
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts)
 
 
 def _reuse_tracing() -> aiohttp.TraceConfig:

@@ -7,11 +7,11 @@ can build and pass it without importing the HTTP client.
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from loadgen.errors import ConfigError
 
@@ -26,15 +26,10 @@ __all__ = [
     "EngineConfig",
     "Plan",
     "LiveCounters",
-    "redact",
     "MAX_TIMEOUT_S",
     "MAX_INFLIGHT",
     "DEFAULT_MAX_INFLIGHT",
 ]
-
-_ERROR_CHARS = 300
-_KEYLIKE = re.compile(r"(sk-|Bearer\s+)[A-Za-z0-9_\-.]{6,}")
-
 
 # Limits: far beyond any sensible run, near enough to catch a typo (or a unit mistake)
 # before it costs memory or a night.
@@ -123,6 +118,12 @@ class EngineConfig:
     def path(self) -> str:
         return "/chat/completions" if self.api == "chat" else "/completions"
 
+    @property
+    def request_url(self) -> str:
+        """Where requests go: the base URL's path and ``path``, its query (a key, say) kept after them."""
+        parts = urlsplit(self.url)
+        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + self.path))
+
 
 @dataclass
 class Plan:
@@ -136,16 +137,6 @@ class Plan:
     concurrency: int | None = None
     count: int | None = None
     duration_s: float | None = None
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Short, single-line error text with secrets and key-like tokens removed."""
-    for s in secrets:
-        if s:
-            text = text.replace(s, "[REDACTED]")
-    text = _KEYLIKE.sub(lambda m: m.group(1) + "[REDACTED]", text)
-    text = " ".join(text.split())
-    return text[:_ERROR_CHARS]
 
 
 @dataclass
@@ -162,3 +153,18 @@ class LiveCounters:
     recent_itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))
     recent_lag_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))
     loop_lag_max_ms: float = 0.0
+    not_sent: int = 0  # scheduled requests never written to the wire (recorded ``not_sent``)
+    housekeeping_errors: int = 0  # passes of the engine's housekeeping that raised (the next went on)
+    writer_errors: int = 0  # records the writer refused (``add``) or batches it failed to flush
+    internal_errors: int = 0  # sessions whose task raised (a bug; their turns still got records)
+    last_error: str = ""  # the latest of those, as text (cleaned and redacted)
+
+    def health(self) -> dict[str, int | str]:
+        """What the run's client health (run.json) says of the engine's own troubles."""
+        return {
+            "not_sent": self.not_sent,
+            "housekeeping_errors": self.housekeeping_errors,
+            "writer_errors": self.writer_errors,
+            "internal_errors": self.internal_errors,
+            "last_engine_error": self.last_error,
+        }

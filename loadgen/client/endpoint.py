@@ -1,10 +1,26 @@
-"""How an endpoint's URL may be written down: never with credentials or a query."""
+"""The endpoint as loadgen writes it down and asks it things: never with credentials, never unbounded.
+
+``endpoint_label`` is the URL as every file and terminal line shows it (no user info,
+query or fragment: they can carry secrets). ``discover_model`` asks ``/v1/models``
+which model to send to, reading at most ``MODELS_CAP_BYTES`` within a total timeout
+(an endless or huge body is refused, not buffered), and cleans the id it keeps.
+
+Importing this module imports nothing heavy (client.settings uses the label).
+"""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["endpoint_label"]
+from loadgen.errors import EndpointError
+from loadgen.redaction import Secrets
+from loadgen.untrusted import clean_text
+
+__all__ = ["endpoint_label", "discover_model", "parse_models", "MODELS_CAP_BYTES"]
+
+MODELS_CAP_BYTES = 1 << 20  # a list of models is kilobytes; 1 MiB is already absurd
+MODELS_TIMEOUT_S = 10.0  # the whole request, body included
 
 
 def endpoint_label(url: str) -> str:
@@ -13,5 +29,57 @@ def endpoint_label(url: str) -> str:
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
+    try:
+        port = parts.port
+    except ValueError:  # not a port: left out rather than shown raw
+        port = None
+    netloc = host + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def parse_models(body: bytes, where: str) -> str:
+    """The first model id a ``/v1/models`` body lists, cleaned; else an EndpointError naming ``where``."""
+    import orjson
+
+    try:
+        data: Any = orjson.loads(body)
+        first = data["data"][0]["id"]
+    except (KeyError, IndexError, TypeError, orjson.JSONDecodeError):
+        raise EndpointError(f"{where} listed no model; pass --model") from None
+    model = clean_text(first) if isinstance(first, str) else ""
+    if not model.strip():
+        raise EndpointError(f"{where} listed a model with no usable name; pass --model")
+    return model
+
+
+async def discover_model(
+    url: str,
+    api_key: str | None,
+    timeout_s: float = MODELS_TIMEOUT_S,
+    *,
+    secrets: Secrets | None = None,
+    cap_bytes: int = MODELS_CAP_BYTES,
+) -> str:
+    """The first model ``/v1/models`` lists, for runs not told which model to ask for."""
+    import asyncio
+
+    import aiohttp
+
+    secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=url)
+    where = f"{endpoint_label(url)}/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers["Accept-Encoding"] = "identity"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+            async with http.get(url.rstrip("/") + "/models", headers=headers) as resp:
+                if resp.status != 200:
+                    raise EndpointError(f"{where} answered HTTP {resp.status}; pass --model")
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > cap_bytes:
+                        raise EndpointError(f"{where} sent more than {cap_bytes:,} bytes; pass --model")
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        detail = clean_text(secrets.redact(f"{type(e).__name__}: {e}"))
+        raise EndpointError(f"cannot reach {endpoint_label(url)}: {detail}") from None
+    return parse_models(bytes(body), where)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,13 +12,17 @@ import numpy as np
 
 from loadgen.client.config import Plan
 from loadgen.client.engine import Engine
+from loadgen.client.interrupts import Stopper
 from loadgen.client.settings import RunSettings, engine_config
 from loadgen.clock import SpinMeter
 from loadgen.records import STREAM_NAME, RecordWriter
+from loadgen.redaction import Secrets
 from loadgen.schedule import offsets_ns, shard_indices
 from loadgen.workload.base import Workload
 
-__all__ = ["build_plan", "run_engine"]
+__all__ = ["build_plan", "run_engine", "cpu_utilisation", "MIN_JUDGED_WALL_S"]
+
+MIN_JUDGED_WALL_S = 1.0  # shorter, the CPU share is start-up noise (a zero-length point read 101%)
 
 
 def build_plan(settings: RunSettings, workload: Workload, shard: int = 0, shards: int = 1) -> Plan:
@@ -51,6 +54,8 @@ async def run_engine(
     run_id: str,
     *,
     api_key: str | None,
+    secrets: Secrets | None = None,
+    stopper: Stopper | None = None,
     on_engine: Callable[[Engine], None] | None = None,
     stream_name: str = STREAM_NAME,
     shard: int = 0,
@@ -58,37 +63,27 @@ async def run_engine(
     start_ns: int | None = None,
 ) -> dict[str, Any]:
     """Send one load point (or shard ``shard`` of ``shards`` of it, from a shared
-    ``start_ns``); records go to ``run_dir/stream_name``. Returns client health."""
+    ``start_ns``); records go to ``run_dir/stream_name``. Returns client health.
+
+    ``stopper`` (client.interrupts) is how the run is stopped: its orders, given before
+    or during the run, reach this engine; signals are the caller's to route to it."""
     cfg = engine_config(settings, url, model, run_id, shard=shard, shards=shards)
     plan = build_plan(settings, workload, shard, shards)
+    stopper = stopper if stopper is not None else Stopper()
     with RecordWriter(run_dir / stream_name) as writer:
-        engine = Engine(cfg, writer, api_key=api_key)
+        engine = Engine(cfg, writer, api_key=api_key, secrets=secrets)
         if on_engine:
             on_engine(engine)
         loop = asyncio.get_running_loop()
-        interrupted = False
-
-        def on_signal() -> None:
-            nonlocal interrupted
-            interrupted = True
-            engine.stop()
-
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, on_signal)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
         cpu0, wall0, spun0 = time.process_time(), time.perf_counter(), SpinMeter.spun_ns
         if start_ns is None:
             start_ns = time.perf_counter_ns() + 50_000_000  # 50 ms to settle before the first send
         anchor = {"wall_ns": time.time_ns(), "perf_ns": time.perf_counter_ns(), "start_perf_ns": start_ns}
+        stopper.attach(engine)
         try:
             await engine.run(plan, start_ns, grace_s=settings.drain_s)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            stopper.detach()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         spun = (SpinMeter.spun_ns - spun0) / 1e9
     return {
@@ -96,15 +91,25 @@ async def run_engine(
         "event_loop": "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio",
         "cpu_seconds": cpu,
         "wall_seconds": wall,
-        # yielding while waiting for a send instant is not load: it is left out here
-        "cpu_utilisation": max(cpu - spun, 0.0) / wall if wall > 0 else 0.0,
+        **cpu_utilisation(cpu - spun, wall),
         "cpu_seconds_waiting_for_send_instants": spun,
         "loop_lag_max_ms": engine.live.loop_lag_max_ms,
         "sends_delayed_by_max_inflight": engine.live.capped,
-        "interrupted": interrupted,
+        "interrupted": stopper.stopped,
+        "stop_reason": stopper.reason,
+        "drain_cut": stopper.cut,
+        "cut_inflight": stopper.cut_inflight,
         "records": writer.written,
         "shard": shard,
         # reads stamped in aiohttp's protocol and requests held to their instants; when false, why not
         "fast_read": engine.fast_path.ok,
         "fast_read_why_not": engine.fast_path.why,
     }
+
+
+def cpu_utilisation(busy_s: float, wall_s: float) -> dict[str, Any]:
+    """The client's CPU share of one core (yielding while waiting for a send instant is not
+    load: it is left out of ``busy_s``); too short a run to judge gives the reason instead."""
+    if wall_s < MIN_JUDGED_WALL_S:
+        return {"cpu_utilisation_why_not": f"the point lasted {wall_s:.2f} s, too short to judge the client's CPU"}
+    return {"cpu_utilisation": max(busy_s, 0.0) / wall_s}

@@ -3,6 +3,12 @@
 A run folder holds ``records.parquet`` (the truth), ``run.json`` (the resolved
 configuration, tool and host; never a secret) and ``summary.json``. Everything
 after the records is a pure function of them (``loadgen report`` redoes it).
+
+run.json is written when sending starts, with ``state: running`` and this process's
+``pid``, and finalised ``complete`` or ``interrupted`` (with ``interrupted_reason``),
+so a folder whose run was killed never reads as finished. SIGINT and SIGTERM stop
+the run through one ``Stopper`` (client.interrupts) for the whole command; the
+built-in simulator keeps serving through the drain and is stopped after it.
 """
 
 from __future__ import annotations
@@ -10,28 +16,41 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
-import secrets
+import re
+import secrets as tokens
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
-import orjson
 
 from loadgen import clock
-from loadgen.client.endpoint import endpoint_label
+from loadgen.client.endpoint import discover_model, endpoint_label
 from loadgen.client.engine import Engine
+from loadgen.client.interrupts import Stopper, catching_signals
 from loadgen.client.point import run_engine
 from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
-from loadgen.errors import EndpointError
-from loadgen.records import compact, make_folder, tool_info, write_json
+from loadgen.records import compact, make_folder, read_records, tool_info, write_json
+from loadgen.redaction import REDACTED, Secrets
+from loadgen.untrusted import clean_text
 from loadgen.workload.base import Workload
 
-__all__ = ["execute", "run_point", "target", "discover_model", "host_info", "new_run_id"]
+__all__ = [
+    "execute",
+    "run_point",
+    "target",
+    "host_info",
+    "new_run_id",
+    "command_line",
+    "start_state",
+    "finish_state",
+    "every_request_failed",
+]
 
 
 def host_info() -> dict[str, Any]:
@@ -45,28 +64,74 @@ def host_info() -> dict[str, Any]:
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + tokens.token_hex(3)
 
 
-async def discover_model(url: str, api_key: str | None, timeout_s: float = 10.0) -> str:
-    """The first model ``/v1/models`` lists, for runs not told which model to ask for."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
-            async with http.get(url.rstrip("/") + "/models", headers=headers) as resp:
-                if resp.status != 200:
-                    raise EndpointError(f"{endpoint_label(url)}/models answered HTTP {resp.status}; pass --model")
-                data = orjson.loads(await resp.read())
-                return str(data["data"][0]["id"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-        raise EndpointError(f"cannot reach {endpoint_label(url)}: {type(e).__name__}: {e}") from None
-    except (KeyError, IndexError, TypeError, orjson.JSONDecodeError):
-        raise EndpointError(f"{endpoint_label(url)}/models listed no model; pass --model") from None
+# A flag whose value is a credential (none of loadgen's today: the key is read from the
+# environment; this keeps one added later, or a wrapper's, out of run.json).
+_SECRET_FLAG = re.compile(r"--?(?:api[-_]?key|key|token|password|passwd|secret|bearer|auth\w*|header|H)", re.I)
+
+
+def command_line(argv: Sequence[str], secrets: Secrets) -> list[str]:
+    """The command as run.json keeps it: every secret of the run redacted, and the value of a
+    credential-like flag (``--api-key X``, ``--token=X``, ``--header "Authorization: ..."``) hidden."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if _SECRET_FLAG.fullmatch(flag):
+            shown.append(f"{flag}={REDACTED}" if eq else arg)
+            hide_next = not eq
+            continue
+        shown.append(secrets.redact(arg))
+    return shown
+
+
+def start_state(meta: dict[str, Any]) -> dict[str, Any]:
+    """Mark ``meta`` (run.json, or a sweep point) as running in this process."""
+    meta.update(state="running", pid=os.getpid())
+    return meta
+
+
+def finish_state(meta: dict[str, Any], stopper: Stopper, error: BaseException | None = None) -> dict[str, Any]:
+    """Mark ``meta`` complete, or interrupted with the reason (a stop, a cut drain, an error)."""
+    reason: str | None = stopper.cut_reason or stopper.reason
+    if error is not None:
+        reason = f"the run failed: {type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if reason is None:
+        meta.update(state="complete", interrupted_reason=None)
+    else:
+        meta.update(state="interrupted", interrupted_reason=clean_text(reason))
+    return meta
+
+
+def every_request_failed(run_dir: Path, secrets: Secrets, points: Sequence[int] | None = None) -> str | None:
+    """When no request of the run (of ``points``, if given) succeeded: one line naming the most
+    common failure and its count, e.g. ``40 x http_error "HTTP 404: model 'x' not found"``."""
+    table = read_records(run_dir).select(["point", "status", "error"]).to_pydict()
+    rows = [
+        (s, e)
+        for p, s, e in zip(table["point"], table["status"], table["error"], strict=True)
+        if points is None or p in points
+    ]
+    if not rows or any(s == "ok" for s, _ in rows):
+        return None
+    kinds = Counter((s, clean_text(secrets.redact(e), 200) if e else "") for s, e in rows)
+    (status, error), n = kinds.most_common(1)[0]
+    line = f'{n} x {status} "{error}"' if error else f"{n} x {status}"
+    if n < len(rows):
+        line += f" ({len(rows) - n} more, {len(kinds) - 1} other kind{'s' if len(kinds) > 2 else ''})"
+    return line
 
 
 @contextmanager
 def target(endpoint: str | None, sim_flags: list[str]) -> Iterator[tuple[str, bool]]:
-    """Yield (base URL, is_simulator): the given endpoint, or a fresh simulator process."""
+    """Yield (base URL, is_simulator): the given endpoint, or a fresh simulator process
+    (stopped when the body ends, after the drain)."""
     if endpoint:
         check_url("--endpoint", endpoint, "an OpenAI base URL like http://127.0.0.1:8000/v1")
         yield endpoint.rstrip("/"), False
@@ -86,10 +151,13 @@ def run_point(
     run_id: str,
     *,
     api_key: str | None,
+    secrets: Secrets | None = None,
+    stopper: Stopper | None = None,
     on_engine: Callable[[Engine], None] | None = None,
     stem: str = "records",
 ) -> dict[str, Any]:
     """One load point, in this process or sharded over ``settings.workers`` processes."""
+    secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=url)
     if settings.workers <= 1:
         return clock.run(
             run_engine(
@@ -100,13 +168,17 @@ def run_point(
                 run_dir,
                 run_id,
                 api_key=api_key,
+                secrets=secrets,
+                stopper=stopper,
                 on_engine=on_engine,
                 stream_name=f"{stem}.arrows",
             )
         )
     from loadgen.client.shards import run_sharded
 
-    return run_sharded(settings, workload, url, model, run_dir, run_id, api_key=api_key, stem=stem)
+    return run_sharded(
+        settings, workload, url, model, run_dir, run_id, api_key=api_key, secrets=secrets, stopper=stopper, stem=stem
+    )
 
 
 @contextmanager
@@ -145,33 +217,77 @@ def execute(
     api_key: str | None = None,
     sim_flags: list[str] | None = None,
     on_engine: Callable[[Engine], None] | None = None,
+    force: bool = False,
 ) -> RunResult:
-    """Run once: target up, records written and compacted, run.json complete.
+    """Run once: target up, records written and compacted, run.json complete (or interrupted).
 
-    A folder that cannot be written is refused before the target is started or asked anything."""
-    make_folder(out)
+    A folder that cannot be written, or that holds a run (unless ``force``), is refused
+    before the target is started or asked anything."""
+    make_folder(out, force=force)
     run_id = new_run_id()
-    with target(settings.endpoint, sim_flags or []) as (url, is_sim):
-        model = settings.model or asyncio.run(discover_model(url, api_key))
-        meta: dict[str, Any] = {
-            "run_id": run_id,
-            "tool": tool_info(),
-            "command": [a for a in sys.argv[1:]],
-            "endpoint": endpoint_label(url),
-            "simulator": {"flags": sim_flags or []} if is_sim else None,
-            "model": model,
-            "settings": settings_json(settings),
-            "workload": workload.describe(),
-            "host": host_info(),
-            "started_wall_ns": time.time_ns(),
-        }
-        write_json(out / "run.json", meta)
-        with scraping_server_metrics(settings, url, out, meta):
-            client = run_point(settings, workload, url, model, out, run_id, api_key=api_key, on_engine=on_engine)
-        if is_sim:
-            meta["simulator"].update(asyncio.run(simulator_health(url)))
-    compact(out)
-    meta["client"] = client
-    meta["finished_wall_ns"] = time.time_ns()
-    write_json(out / "run.json", meta)
-    return RunResult(out, run_id, client["records"], client, client["interrupted"])
+    secrets = Secrets.of(api_key=api_key, url=settings.endpoint)
+    stopper = Stopper()
+    with catching_signals(stopper):
+        with target(settings.endpoint, sim_flags or []) as (url, is_sim):
+            model = settings.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
+            meta = start_state(_meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets))
+            write_json(out / "run.json", meta)
+            try:
+                with scraping_server_metrics(settings, url, out, meta):
+                    client = run_point(
+                        settings,
+                        workload,
+                        url,
+                        model,
+                        out,
+                        run_id,
+                        api_key=api_key,
+                        secrets=secrets,
+                        stopper=stopper,
+                        on_engine=on_engine,
+                    )
+                if is_sim:
+                    meta["simulator"].update(asyncio.run(simulator_health(url)))
+            except BaseException as e:  # the record streams stay readable; run.json says what happened
+                write_json(out / "run.json", finish_state(meta, stopper, e))
+                raise
+        compact(out)
+        meta["client"] = client
+        meta["finished_wall_ns"] = time.time_ns()
+        write_json(out / "run.json", finish_state(meta, stopper))
+    failure = None if stopper.stopped else every_request_failed(out, secrets)
+    return RunResult(
+        out,
+        run_id,
+        client["records"],
+        client,
+        interrupted=stopper.stopped,
+        stop_reason=stopper.reason,
+        drain_cut=stopper.cut,
+        cut_inflight=stopper.cut_inflight,
+        failure=failure,
+    )
+
+
+def _meta(
+    settings: RunSettings,
+    workload: Workload,
+    url: str,
+    is_sim: bool,
+    model: str,
+    run_id: str,
+    sim_flags: list[str],
+    secrets: Secrets,
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "tool": tool_info(),
+        "command": command_line(sys.argv[1:], secrets),
+        "endpoint": endpoint_label(url),
+        "simulator": {"flags": sim_flags} if is_sim else None,
+        "model": model,
+        "settings": settings_json(settings),
+        "workload": workload.describe(),
+        "host": host_info(),
+        "started_wall_ns": time.time_ns(),
+    }

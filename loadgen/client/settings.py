@@ -194,11 +194,17 @@ def engine_config(
 
 @dataclass
 class RunResult:
+    """What a run did, as the command that started it reports it (and picks its exit code by)."""
+
     run_dir: Path
     run_id: str
     records: int
     client: dict[str, Any]
     interrupted: bool = False
+    stop_reason: str | None = None  # what stopped it first: "SIGINT", "SIGTERM"
+    drain_cut: bool = False  # a second interrupt ended the drain
+    cut_inflight: int = 0  # requests in flight at the cut, recorded as cancelled
+    failure: str | None = None  # when every request failed: the most common failure and its count
 
 
 def api_key_from_env(name: str | None) -> str | None:
@@ -212,6 +218,10 @@ def api_key_from_env(name: str | None) -> str | None:
 
 
 def settings_json(settings: RunSettings) -> dict[str, Any]:
+    """The settings as run.json keeps them: URLs without credentials (``endpoint_label``)."""
     d = asdict(settings)
     d["arrival"] = {**asdict(settings.arrival), "label": str(settings.arrival)}
+    for key in ("endpoint", "server_metrics"):
+        if d[key] not in (None, "auto", "off"):
+            d[key] = endpoint_label(d[key])
     return d

@@ -5,30 +5,46 @@ Each worker process runs the same engine on shard i of n of the schedule
 (CLOCK_MONOTONIC is system-wide on Linux, so ``perf_counter_ns`` agrees across
 processes). Each writes its own record stream; the run folder compacts them
 into one ``records.parquet``.
+
+A worker lives and stops by its parent (loadgen.lifeline): it ignores SIGINT (a
+terminal's Ctrl-C reaches the parent, whose stopper forwards the stop over each
+worker's lifeline, and a second Ctrl-C as a cut), drains on a SIGTERM sent to it
+alone, and dies at once when the parent dies, however (the parent-death signal, and
+end of file on its lifeline). ``daemon=True`` alone would not do: it only acts when
+the parent exits normally.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from loadgen import clock
+from loadgen.client.interrupts import Stopper
 from loadgen.client.point import run_engine
 from loadgen.client.settings import RunSettings
+from loadgen.lifeline import STOP, Lifelines, hold, pdeathsig_safe
+from loadgen.redaction import Secrets
 from loadgen.workload.base import Workload
 
 __all__ = ["run_sharded"]
 
 _READY_TIMEOUT_S = 120.0
+_EXIT_TIMEOUT_S = 10.0
 
 
 def _worker(
     conn: Connection,
+    lifeline: Connection,
+    parent_pid: int,
+    pdeathsig: bool,
     settings: RunSettings,
     workload: Workload,
     url: str,
@@ -36,11 +52,19 @@ def _worker(
     run_dir: str,
     run_id: str,
     api_key: str | None,
+    secrets: Secrets,
     shard: int,
     shards: int,
     stem: str,
 ) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the engine installs its own handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards a Ctrl-C
+    stopper = Stopper()
+    hold(lifeline.fileno(), parent_pid, pdeathsig=pdeathsig, on_order=stopper.order)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stopper.order(STOP, "SIGTERM")  # a cut comes only from the parent
+
+    signal.signal(signal.SIGTERM, on_term)
     conn.send("ready")
     start_ns = conn.recv()
     client = clock.run(
@@ -52,6 +76,8 @@ def _worker(
             Path(run_dir),
             run_id,
             api_key=api_key,
+            secrets=secrets,
+            stopper=stopper,
             stream_name=f"{stem}-w{shard:02d}.arrows",
             shard=shard,
             shards=shards,
@@ -71,25 +97,34 @@ def run_sharded(
     run_id: str,
     *,
     api_key: str | None,
+    secrets: Secrets | None = None,
+    stopper: Stopper | None = None,
     stem: str = "records",
 ) -> dict[str, Any]:
-    """Run the point over ``settings.workers`` processes; returns the merged client health."""
+    """Run the point over ``settings.workers`` processes; returns the merged client health.
+    ``stopper``'s orders (given before or during the point) are forwarded to every worker."""
     ctx = mp.get_context("spawn")
     n = settings.workers
+    secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=url)
+    stopper = stopper if stopper is not None else Stopper()
+    lifelines = Lifelines()
     pipes: list[Connection] = []
     procs: list[SpawnProcess] = []
-    for i in range(n):
-        parent, child = ctx.Pipe()
-        p = ctx.Process(
-            target=_worker,
-            args=(child, settings, workload, url, model, str(run_dir), run_id, api_key, i, n, stem),
-            daemon=True,
-        )
-        p.start()
-        pipes.append(parent)
-        procs.append(p)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers get Ctrl-C from the terminal themselves
+    pdeathsig = pdeathsig_safe()
     try:
+        for i in range(n):
+            parent, child = ctx.Pipe()
+            theirs, ours = ctx.Pipe(duplex=False)
+            lifelines.adopt(os.dup(ours.fileno()))
+            ours.close()
+            args = (child, theirs, os.getpid(), pdeathsig, settings, workload, url, model, str(run_dir), run_id)
+            p = ctx.Process(target=_worker, args=(*args, api_key, secrets, i, n, stem), daemon=True)
+            p.start()
+            child.close()
+            theirs.close()
+            pipes.append(parent)
+            procs.append(p)
+        stopper.forward(lifelines)  # an order given while they started reaches them now
         for conn in pipes:
             if not conn.poll(_READY_TIMEOUT_S) or conn.recv() != "ready":
                 raise RuntimeError("a worker process did not start")
@@ -97,32 +132,41 @@ def run_sharded(
         for conn in pipes:
             conn.send(start_ns)
         clients: list[dict[str, Any]] = []
-        for conn, p in zip(pipes, procs, strict=False):
+        for i, (conn, p) in enumerate(zip(pipes, procs, strict=True)):
             try:
                 clients.append(conn.recv())
             except EOFError:
-                clients.append({"shard": len(clients), "crashed": True, "records": 0})
-            p.join(10)
+                clients.append({"shard": i, "crashed": True, "records": 0})
+            p.join(_EXIT_TIMEOUT_S)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        stopper.forward(None)
+        lifelines.close()  # a worker still running ends at once
         for p in procs:
+            p.join(1.0)
             if p.is_alive():
-                p.terminate()
+                p.kill()
+                p.join(1.0)
     return _merge(clients)
 
 
 def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [c for c in clients if not c.get("crashed")]
     wall = max((c["wall_seconds"] for c in ok), default=0.0)
+    judged = [c["cpu_utilisation"] for c in ok if "cpu_utilisation" in c]
+    why_not = next((c["cpu_utilisation_why_not"] for c in ok if "cpu_utilisation_why_not" in c), None)
+    reasons = [c["stop_reason"] for c in ok if c.get("stop_reason")]
     return {
         "clock_anchor": ok[0]["clock_anchor"] if ok else {},
         "cpu_seconds": sum(c["cpu_seconds"] for c in ok),
         "wall_seconds": wall,
         # the busiest worker decides whether the client distorted the timing
-        "cpu_utilisation": max((c["cpu_utilisation"] for c in ok), default=0.0),
+        **({"cpu_utilisation": max(judged)} if judged else {"cpu_utilisation_why_not": why_not or "no worker ran"}),
         "loop_lag_max_ms": max((c["loop_lag_max_ms"] for c in ok), default=0.0),
         "sends_delayed_by_max_inflight": sum(c["sends_delayed_by_max_inflight"] for c in ok),
         "interrupted": any(c.get("interrupted") for c in ok),
+        "stop_reason": reasons[0] if reasons else None,
+        "drain_cut": any(c.get("drain_cut") for c in ok),
+        "cut_inflight": sum(c.get("cut_inflight", 0) for c in ok),
         "fast_read": all(c.get("fast_read", True) for c in ok),  # each worker's reason is under "workers"
         "records": sum(c.get("records", 0) for c in clients),
         "workers": clients,

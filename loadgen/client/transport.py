@@ -15,7 +15,18 @@ from typing import NamedTuple, Protocol
 
 from loadgen.clock import Clock
 
-__all__ = ["SEQ_HEADER", "NEVER", "OnRead", "FastPath", "WireError", "Exchange", "Held", "Holds", "Transport"]
+__all__ = [
+    "SEQ_HEADER",
+    "NEVER",
+    "OnRead",
+    "FastPath",
+    "WireError",
+    "compressed",
+    "Exchange",
+    "Held",
+    "Holds",
+    "Transport",
+]
 
 SEQ_HEADER = "X-Loadgen-Seq"  # the request's sequence number: joins server logs to records
 NEVER = 1 << 62  # an instant that never comes (no held request)
@@ -35,11 +46,18 @@ class FastPath(NamedTuple):
 
 class WireError(Exception):
     """An exchange failed on the wire; ``status`` is the record status it gives:
-    ``disconnected``, ``timeout`` or ``client_error``."""
+    ``disconnected``, ``timeout``, ``client_error``, or ``bad_stream`` (an answer that cannot be
+    the stream asked for, such as a compressed one)."""
 
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def compressed(encoding: str) -> str:
+    """The error of an answer compressed although the request asked for ``identity``
+    (``encoding`` is the endpoint's header value: untrusted, the engine cleans it)."""
+    return f"compressed answer (Content-Encoding: {encoding[:60]}) although identity was asked"
 
 
 class Exchange:

@@ -37,7 +37,7 @@ STALL_NS = 5_000_000
 class Arrivals:
     """A stream's output-chunk arrivals: as read, and as spread as the client's stalls allow."""
 
-    chunks: int  # output-carrying chunks
+    chunks: int  # output-carrying chunks (``Stream.token_ns``: generated ones, when usage says text was empty)
     reads: int  # distinct reads that carried them
     span_ns: int  # first output read to last
     total_ns: int  # send to the answer's last byte
@@ -68,7 +68,7 @@ def spread(reads: int, span_ns: int, a: Arrivals, min_reads: int = 4) -> bool:
 def arrivals(s: Stream) -> Arrivals:
     """The arrivals of ``s``'s output chunks, bounded by the client's looks (see the module)."""
     w = s.wire
-    per_read = sorted(Counter(s.chunk_ns).items())
+    per_read = sorted(Counter(s.token_ns).items())
     looks = sorted({w.t_sent, w.t_done, *(t for t, _ in w.reads), *w.looks})
     before = [_look_before(looks, t, w.t_sent) for t, _ in per_read]
     after_stall = [t - b > STALL_NS for (t, _), b in zip(per_read, before, strict=True)]
@@ -79,7 +79,7 @@ def arrivals(s: Stream) -> Arrivals:
     inside = [t for t in looks if w.t_sent <= t <= w.t_done]
     gaps = [b - a for a, b in zip(inside, inside[1:], strict=False) if b - a > STALL_NS]
     return Arrivals(
-        chunks=len(s.chunk_ns),
+        chunks=len(s.token_ns),
         reads=reads,
         span_ns=span,
         total_ns=w.t_done - w.t_sent,

@@ -10,6 +10,13 @@ long one must not fail it on noise. The bounds, per kind of metric:
   met, so an INCONCLUSIVE says how many samples would decide it
   (``stats.binomial_min_samples``). Per-token metrics (ITL, ICL) are clustered
   by request, so their ranks are taken as if there were one sample per request.
+  Censored samples (a request that never got its first token, or never finished,
+  counts as at least its elapsed time): the lower bound is taken with them at
+  their censored values, the upper bound over the exact samples at the same rank,
+  as if every censored sample were infinitely late (unbounded when too few exact
+  ones remain). So a percentile that reaches censored samples (``lower_bound``)
+  PASSes only if it would even with every censored request never answering, FAILs
+  when its lower bound is over the limit, and is INCONCLUSIVE otherwise.
 - means: Student's t.
 - proportions (success rate, SLO attainment): exact Clopper-Pearson.
 - rates (throughput, goodput): batch means over equal slices of the window.
@@ -32,7 +39,7 @@ import numpy as np
 from scipy import stats as _sps
 
 from loadgen.analysis.attainment import attainment_interval
-from loadgen.analysis.stats import binomial_min_samples, mean_ci, percentile_ci
+from loadgen.analysis.stats import binomial_min_samples, describe, mean_ci, percentile_ci
 from loadgen.analysis.window import Window
 
 if TYPE_CHECKING:
@@ -61,9 +68,12 @@ _MAX_BATCHES = 20
 class Measurement:
     """A statistic with one-sided confidence bounds (``lo``, ``hi``), in the metric's unit.
 
-    ``over``: samples on the wrong side of the bound (percentiles, proportions);
+    ``over``: samples on the wrong side of the bound (percentiles, proportions; a
+    censored sample that may be on it counts);
     ``needed``: the sample count at which, with no further such samples, it would
     PASS; ``n_eff``: the sample count the interval was computed as if from.
+    ``lower_bound``: the value is only a lower bound (censored samples rank at or
+    below it: shown ``>= value``); ``censored``: how many of the ``n`` samples are.
     """
 
     value: float
@@ -75,6 +85,8 @@ class Measurement:
     over: int | None = None
     needed: int | None = None
     n_eff: int | None = None
+    lower_bound: bool = False
+    censored: int = 0
 
 
 def measure(criterion: Criterion, point: Point, confidence: float) -> Measurement:
@@ -87,24 +99,36 @@ def measure(criterion: Criterion, point: Point, confidence: float) -> Measuremen
         times, weights = point.events(criterion.metric)
         return batch_rate(times, weights, point.window, confidence, _batch_s(point))
     x = np.sort(point.samples(criterion.metric))
+    cens = point.censored(criterion.metric)
     n_eff = point.clusters(criterion.metric) if info.clustered else None
     if criterion.statistic == "mean":
-        return mean_bounds(x, confidence, criterion.bound, n_eff)
+        return mean_bounds(x, confidence, criterion.bound, n_eff, cens)
     q = criterion.percentile
     assert q is not None
-    return percentile(x, q, confidence, criterion.bound, criterion.op, n_eff)
+    return percentile(x, q, confidence, criterion.bound, criterion.op, n_eff, cens)
 
 
 def percentile(
-    x: np.ndarray, p: float, confidence: float, bound: float, op: str, n_eff: int | None = None
+    x: np.ndarray,
+    p: float,
+    confidence: float,
+    bound: float,
+    op: str,
+    n_eff: int | None = None,
+    censored: np.ndarray | None = None,
 ) -> Measurement:
     """Percentile ``p`` of sorted ``x`` with one-sided bounds from order statistics.
 
     A two-sided interval at 2c - 1 has one-sided bounds at c. ``n_eff`` (per-token
     metrics) takes the ranks as for ``n_eff`` independent samples and maps them
     onto the ``x.size`` observed ones (Kish's design effect: tokens of one request
-    share its fate, so they are worth about one sample).
+    share its fate, so they are worth about one sample). ``censored``: samples
+    known only to be at least their value (``describe``'s rule, see the module's
+    docstring); with them ``over`` counts those already past the bound and
+    ``needed`` counts every other one as a possible miss too.
     """
+    if censored is not None and censored.size:
+        return _censored_percentile(x, censored, p, confidence, bound, op)
     n = x.size
     over = int((x > bound).sum()) if op == "<=" else int((x < bound).sum())
     if n == 0:
@@ -124,12 +148,38 @@ def percentile(
     )
 
 
-def mean_bounds(x: np.ndarray, confidence: float, bound: float, n_eff: int | None = None) -> Measurement:
+def _censored_percentile(
+    x: np.ndarray, c: np.ndarray, p: float, confidence: float, bound: float, op: str
+) -> Measurement:
+    d = describe(x, 2 * confidence - 1, (p,), censored=c)
+    est, lo, hi = d.pct(p)
+    # ``over`` counts every sample that may be on the wrong side: a censored one is only known to be
+    # at least its value, so for "<=" one under the bound may still be over it, for ">=" one under it
+    if op == "<=":
+        over = d.n - int((x <= bound).sum())
+    else:
+        over = int((x < bound).sum()) + int((c < bound).sum())
+    q = p / 100.0 if op == "<=" else 1 - p / 100.0
+    needed = binomial_min_samples(q, over, confidence)
+    method = f"order statistics, {d.censored} censored (upper bound as if never answered)"
+    return Measurement(est, lo, hi, d.n, method, confidence, over, needed, None, d.lower_bound(p), d.censored)
+
+
+def mean_bounds(
+    x: np.ndarray, confidence: float, bound: float, n_eff: int | None = None, censored: np.ndarray | None = None
+) -> Measurement:
     """Mean with one-sided Student-t bounds; ``needed`` from the observed spread.
 
     With ``n_eff`` (per-token metrics) the standard error is that of ``n_eff``
-    samples, not ``x.size``: the same design effect as for percentiles.
+    samples, not ``x.size``: the same design effect as for percentiles. With
+    ``censored`` samples the mean is a lower bound (taken with them at their
+    censored values) and its upper bound is unbounded.
     """
+    if censored is not None and censored.size:
+        y = np.concatenate([x, censored])
+        m, lo, _ = mean_ci(y, 2 * confidence - 1)
+        method = f"Student t, {censored.size} censored (a lower bound)"
+        return Measurement(m, lo, _INF, int(y.size), method, confidence, lower_bound=True, censored=int(censored.size))
     n = int(x.size)
     m, lo, hi = mean_ci(x, 2 * confidence - 1)
     if n_eff is not None and n_eff < n:
@@ -189,7 +239,11 @@ def batch_rate(
 
 
 def verdict(m: Measurement, op: str, bound: float) -> str:
-    """PASS when the pessimistic bound is inside the limit, FAIL when the optimistic one is outside."""
+    """PASS when the pessimistic bound is inside the limit, FAIL when the optimistic one is outside.
+
+    On censored samples the pessimistic bound takes each of them as never answered (unbounded
+    when they reach the rank), so a lower-bound percentile is FAIL or INCONCLUSIVE unless even that passes.
+    """
     if m.n == 0 or math.isnan(m.value):
         return "inconclusive"
     if op == "<=":

@@ -1,7 +1,9 @@
 """``loadgen check``: is this endpoint OpenAI-compatible, and honest about what it streams?
 
-A battery of small requests, each item pass / fail / skip (or inconclusive, when
-the client itself was too busy to tell) with evidence. It runs
+A battery of small requests, each item pass / warn / fail / skip (or inconclusive,
+when the client itself was too busy to tell) with evidence: FAIL for what breaks
+measurement or honesty, WARN for an API deviation (``check_items.LEVELS``;
+``--strict`` fails on a WARN too). It runs
 before a bake-off because every figure loadgen reports rests on these: TTFT
 needs real streaming, token throughput needs truthful ``usage``, fixed-length
 traffic needs ``max_tokens`` and ``ignore_eos`` honoured. Each item says what it
@@ -11,8 +13,12 @@ This module sends the requests (``Checker``, ``run_check``); what it reads off
 the socket is ``exchange`` (``Wire``, ``Stream``, ``LoopWatch``), the items and
 the pure verdicts on them are ``check_items`` (the timing ones on ``arrivals``),
 and the two items that go through the official client are ``openai_client``.
-Everything the endpoint sends is clipped before it becomes evidence; every
-request has a timeout.
+Everything the endpoint sends is untrusted: bodies are read up to a cap, every
+request has a timeout, and every text made of them has the run's secrets (its API
+key, the credentials in its URL, ``loadgen.redaction``) removed and is cleaned
+(``loadgen.untrusted``) before it becomes evidence. A request that a server dropped
+unanswered on a reused keep-alive connection is resent, as the engine does, on every
+request path (the official client's connections are not reused at all).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,7 +38,6 @@ import orjson
 from loadgen.client.endpoint import endpoint_label
 from loadgen.conformance.check_items import (
     ITEMS,
-    combine,
     error_shape,
     framing,
     item_case,
@@ -40,19 +46,27 @@ from loadgen.conformance.check_items import (
     real_streaming,
     role_first,
     usage_present,
+    verdict,
 )
-from loadgen.conformance.ci_outputs import Case, Outcome, clip
+from loadgen.conformance.check_tokens import ignore_eos, max_tokens, usage_matches
+from loadgen.conformance.ci_outputs import Case, Outcome
 from loadgen.conformance.exchange import LoopWatch, Stream, Wire
 from loadgen.conformance.openai_client import openai_client_item, preload_openai
+from loadgen.redaction import Secrets
+from loadgen.untrusted import clean_text
 from loadgen.workload.tokenizer import Tokenizer
 
-__all__ = ["CheckOptions", "run_check"]
+__all__ = ["CheckOptions", "Checker", "check_session", "run_check"]
 
 LONG_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle. Use many short sentences."
 # Prompts a model answers in a word or two, so only ignore_eos can make them long.
 SHORT_PROMPTS = ("Reply with the single word done.", "Say hello and nothing else.", "Answer with just the word OK.")
-_MAX_BODY = 16 << 20
+_MAX_STREAM = 16 << 20  # a streamed answer of a few dozen tokens is a few KiB
+_MAX_BODY = 4 << 20  # a non-streamed answer, an error, /v1/models (hundreds of models fit)
+_STALE_RETRIES = 8  # each failed try drops one dead pooled connection; a fresh one ends it
 _BAD_MODEL = "loadgen-check-no-such-model"
+_EVIDENCE = 1000  # characters of an item's evidence
+_RANK = ("fail", "inconclusive", "skip", "pass")  # of a timing item's two measurements, the better stands
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,12 @@ class CheckOptions:
     streams: int = 8
     max_tokens: int = 64
     context_len: int | None = None  # for the over-long prompt; else asked of the endpoint
+    strict: bool = False  # a WARN fails the check too
+
+    @property
+    def secrets(self) -> Secrets:
+        """The check's secrets: its API key and the credentials in its URL."""
+        return Secrets.of(api_key=self.api_key, url=self.url)
 
 
 class Checker:
@@ -77,40 +97,57 @@ class Checker:
         self.http = http
         self.model: str | None = opts.model
         self.models_json: Any = None
+        self.secrets = opts.secrets
+
+    def text(self, value: object, limit: int = 160) -> str:
+        """Endpoint text as evidence: the check's secrets removed, then one clean line."""
+        return clean_text(self.secrets.redact(str(value)), limit)
 
     # -- wire ---------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json"}
+        h = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if self.o.api_key:
             h["Authorization"] = f"Bearer {self.o.api_key}"
         return h
 
-    async def request(self, method: str, url: str, body: bytes | None = None) -> Wire:
-        w = await self._exchange(method, url, body)
-        if w.status is None and (w.error or "").startswith("ServerDisconnectedError") and not w.reads:
-            # The stale keep-alive race, as the engine handles it: the server closed an idle pooled
-            # connection as the request went out on it, so nothing was answered; send it once more.
-            w = await self._exchange(method, url, body)
+    async def request(self, method: str, url: str, body: bytes | None = None, *, cap: int = _MAX_BODY) -> Wire:
+        """One exchange, its body read up to ``cap`` bytes. The stale keep-alive race is handled
+        as the engine handles it: a server that closed an idle pooled connection as the request
+        went out on it answered nothing, so the request is sent again (on a fresh connection
+        once the dead pooled ones are used up)."""
+        for _ in range(_STALE_RETRIES):
+            w, stale = await self._exchange(method, url, body, cap)
+            if not stale:
+                break
         return w
 
-    async def _exchange(self, method: str, url: str, body: bytes | None) -> Wire:
-        w = Wire(t_sent=time.perf_counter_ns())
+    async def _exchange(self, method: str, url: str, body: bytes | None, cap: int) -> tuple[Wire, bool]:
+        """The exchange, and whether it failed unanswered on a reused connection (worth resending)."""
+        w = Wire(t_sent=time.perf_counter_ns(), secrets=self.secrets)
+        ctx = SimpleNamespace(reused=False)
+        stale = False
         try:
-            async with self.http.request(method, url, data=body, headers=self._headers()) as resp:
+            async with self.http.request(
+                method, url, data=body, headers=self._headers(), trace_request_ctx=ctx
+            ) as resp:
                 w.status, w.content_type = resp.status, resp.headers.get("Content-Type", "")
+                w.content_encoding = resp.headers.get("Content-Encoding", "")
                 size = 0
                 async for data in resp.content.iter_any():
                     w.reads.append((time.perf_counter_ns(), data))
                     size += len(data)
-                    if size > _MAX_BODY:
-                        w.error = f"answer longer than {_MAX_BODY >> 20} MiB; stopped reading"
+                    if size > cap:
+                        w.error = f"answer longer than {cap >> 20} MiB; stopped reading"
                         break
         except asyncio.TimeoutError:
             w.error = f"no complete answer within {self.o.timeout_s:g} s"
-        except (aiohttp.ClientError, OSError) as e:
-            w.error = f"{type(e).__name__}: {clip(e, 160)}"
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as e:
+            stale = ctx.reused and w.status is None
+            w.error = f"{type(e).__name__}: {self.text(e)}"
+        except (aiohttp.ClientError, OSError, ValueError) as e:  # ValueError: a key and URL credentials both
+            w.error = f"{type(e).__name__}: {self.text(e)}"
         w.t_done = time.perf_counter_ns()
-        return w
+        return w, stale
 
     def body(self, api: str, prompt: str, *, stream: bool = True, **extra: Any) -> bytes:
         b: dict[str, Any] = {"model": self.model, "max_tokens": self.o.max_tokens, "temperature": 0}
@@ -126,7 +163,8 @@ class Checker:
 
     async def stream(self, api: str, prompt: str, **extra: Any) -> Stream:
         path = "/chat/completions" if api == "chat" else "/completions"
-        return Stream.read(await self.request("POST", self.o.url + path, self.body(api, prompt, **extra)), api)
+        wire = await self.request("POST", self.o.url + path, self.body(api, prompt, **extra), cap=_MAX_STREAM)
+        return Stream.read(wire, api)
 
     # -- the battery ----------------------------------------------------------------------
     async def run(self) -> list[Case]:
@@ -137,20 +175,25 @@ class Checker:
             ]
         (a,) = await self.watched(self.stream("chat", LONG_PROMPT))  # alone, so its timing is undisturbed
         (b, c_wire), rest = await asyncio.gather(self._second_pair(), self._independent_items(a))
+        tok, limit = self.o.tokenizer, self.o.max_tokens
         cases += [
-            item_case("chat-stream-framing", *framing(a)),
-            item_case("completions-stream-framing", *framing(b)),
-            item_case("chat-role-first", *role_first(a)),
-            item_case("usage-present", *usage_present([a, b])),
-            item_case("usage-matches-stream", *self.usage_matches([a, b])),
-            item_case("max-tokens", *self.max_tokens(a)),
-            item_case("non-stream-consistent", *non_stream(c_wire, a)),
+            self._case("chat-stream-framing", *framing(a)),
+            self._case("completions-stream-framing", *framing(b)),
+            self._case("chat-role-first", *role_first(a)),
+            self._case("usage-present", *usage_present([a, b])),
+            self._case("usage-matches-stream", *usage_matches([a, b], tok)),
+            self._case("max-tokens", *max_tokens(a, limit, tok)),
+            self._case("non-stream-consistent", *non_stream(c_wire, a)),
             *rest,
-            item_case("real-streaming", *real_streaming(a)),
             await self._timed("concurrent-streams", self.concurrent),
         ]
+        cases.append(await self._timed("real-streaming", lambda: self.real_streaming(a)))  # last: nothing else runs
         order = list(ITEMS)
         return sorted(cases, key=lambda c: order.index(c.name))
+
+    def _case(self, name: str, status: str, message: str) -> Case:
+        """An item's case, its evidence (endpoint text) without the check's secrets."""
+        return item_case(name, status, self.text(message, _EVIDENCE))
 
     async def _second_pair(self) -> tuple[Stream, Wire]:
         """The completions stream and the non-streamed chat answer, for the items comparing them."""
@@ -185,86 +228,48 @@ class Checker:
         try:
             case = await fn()
         except Exception as e:  # an item's own bug or an endpoint oddity must not end the battery
-            case = item_case(name, "fail", f"check raised {type(e).__name__}: {clip(e, 160)}")
-        return Case(case.name, case.status, case.message, case.suite, case.cells, case.data, time.perf_counter() - t0)
+            case = item_case(name, "fail", f"check raised {type(e).__name__}: {e}")
+        message = self.text(case.message, _EVIDENCE)  # every item's evidence, whoever made it
+        return Case(case.name, case.status, message, case.suite, case.cells, case.data, time.perf_counter() - t0)
+
+    async def _timing(self, name: str, first: tuple[str, str], again: Callable[[], Awaitable[tuple[str, str]]]) -> Case:
+        """A timing item's case: a verdict other than pass is measured once more, and the
+        better of the two stands (a busy moment of the client, or of the machine, must not
+        decide it; a server that buffers does so both times)."""
+        if first[0] not in ("fail", "inconclusive"):
+            return self._case(name, *first)
+        second = await again()
+        best = max(first, second, key=lambda v: _RANK.index(v[0]) if v[0] in _RANK else 0)
+        other = first if best is second else second
+        return self._case(name, best[0], f"{best[1]} (measured twice; the other time: {other[0]})")
+
+    async def real_streaming(self, a: Stream) -> Case:
+        async def again() -> tuple[str, str]:
+            (s,) = await self.watched(self.stream("chat", LONG_PROMPT))
+            return real_streaming(s)
+
+        return await self._timing("real-streaming", real_streaming(a), again)
 
     async def models_list(self) -> Case:
         w = await self.request("GET", self.o.url + "/models")
         data = w.json() if w.status == 200 else None
         ids = []
         if isinstance(data, dict) and isinstance(data.get("data"), list):
-            ids = [str(m.get("id")) for m in data["data"] if isinstance(m, dict) and m.get("id") is not None]
+            ids = [m.get("id") for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
             self.models_json = data
         if not ids:
             return item_case("models-list", "fail", f"no model list: {w.brief()}")
         if self.model is None:
-            self.model = ids[0]
-            return item_case("models-list", "pass", f"lists {len(ids)} model(s); using {clip(ids[0], 80)!r}")
+            self.model = ids[0]  # sent as the endpoint gave it; shown cleaned
+            return item_case("models-list", "pass", f"lists {len(ids)} model(s); using {self.text(ids[0], 80)!r}")
         if self.model in ids:
-            return item_case("models-list", "pass", f"lists {clip(self.model, 80)!r} among {len(ids)} model(s)")
-        shown = ", ".join(clip(i, 60) for i in ids[:5])
-        return item_case("models-list", "fail", f"{clip(self.model, 80)!r} is not listed (lists: {shown})")
-
-    def count(self, s: Stream) -> tuple[int, str]:
-        """Tokens streamed: by the tokenizer if given, else output chunks (a lower bound:
-        a chunk carries at least one token)."""
-        if self.o.tokenizer is not None:
-            return self.o.tokenizer.count(s.text), "tokenizer"
-        return len(s.chunk_ns), "output chunks"
-
-    def usage_matches(self, streams: list[Stream]) -> tuple[str, str]:
-        verdicts = []
-        for s in streams:
-            ct, (n, how) = s.completion_tokens, self.count(s)
-            if not s.ok() or ct is None:
-                verdicts.append(("skip", f"{s.api}: no usage to compare"))
-            elif how == "tokenizer":
-                ok = abs(ct - n) <= max(2, round(0.03 * n))
-                verdicts.append(("pass" if ok else "fail", f"{s.api}: usage {ct}, tokenizer counts {n}"))
-            elif ct == n:
-                verdicts.append(("pass", f"{s.api}: usage {ct} = {n} output chunks"))
-            elif ct < n:
-                verdicts.append(("fail", f"{s.api}: usage {ct} < {n} output chunks (under-reports)"))
-            else:
-                verdicts.append(
-                    (
-                        "skip",
-                        f"{s.api}: usage {ct} > {n} chunks; chunks may carry several tokens "
-                        "(pass --tokenizer to verify)",
-                    )
-                )
-        return combine(verdicts)
-
-    def max_tokens(self, a: Stream) -> tuple[str, str]:
-        if not a.ok():
-            return "fail", a.wire.brief()
-        limit, (n, how), ct = self.o.max_tokens, self.count(a), a.completion_tokens
-        over = [f"{how} {n}"] if n > limit + (1 if how == "tokenizer" else 0) else []
-        over += [f"usage {ct}"] if ct is not None and ct > limit else []
-        if over:
-            return "fail", f"max_tokens {limit}, but {' and '.join(over)}"
-        return "pass", f"max_tokens {limit}: {how} {n}, usage {ct}, finish_reason {a.finish_reason!r}"
+            return item_case("models-list", "pass", f"lists {self.text(self.model, 80)!r} among {len(ids)} model(s)")
+        shown = ", ".join(self.text(i, 60) for i in ids[:5])
+        return item_case("models-list", "fail", f"{self.text(self.model, 80)!r} is not listed (lists: {shown})")
 
     async def ignore_eos(self) -> Case:
-        n = self.o.max_tokens
         got = await asyncio.gather(*(self.stream("chat", p, ignore_eos=True) for p in SHORT_PROMPTS))
-        verdicts = []
-        for i, s in enumerate(got):
-            if not s.ok():
-                verdicts.append(("fail", f"prompt {i + 1}: {s.wire.brief()}"))
-                continue
-            k, how = self.count(s)
-            if k == n or (k < n and how == "output chunks" and s.completion_tokens == n):
-                verdicts.append(("pass", f"prompt {i + 1}: {n} tokens"))
-            else:
-                verdicts.append(
-                    (
-                        "fail",
-                        f"prompt {i + 1}: asked {n} with ignore_eos, got {how} {k}, usage "
-                        f"{s.completion_tokens}, finish_reason {s.finish_reason!r}",
-                    )
-                )
-        return item_case("ignore-eos", *combine(verdicts))
+        return item_case("ignore-eos", *ignore_eos(list(got), self.o.max_tokens, self.o.tokenizer))
 
     async def stop_sequence(self, a: Stream) -> Case:
         text = a.text
@@ -283,7 +288,8 @@ class Checker:
             return item_case("stop-sequence", "fail", f"stop {word!r}: {s.wire.brief()}")
         got, want = s.text, text[:pos]
         if word in got:
-            return item_case("stop-sequence", "fail", f"stop {word!r} appears in the answer: …{clip(got[-60:], 60)!r}")
+            tail = self.text(got[-60:], 60)
+            return item_case("stop-sequence", "fail", f"stop {word!r} appears in the answer: …{tail!r}")
         if got.rstrip() == want.rstrip():
             if s.finish_reason == "stop":
                 return item_case("stop-sequence", "pass", f"ended just before {word!r}, finish_reason 'stop'")
@@ -297,7 +303,9 @@ class Checker:
     async def _openai(self, name: str, stream: bool) -> Case:
         assert self.model is not None  # run() asks nothing of a model it does not know
         o = self.o
-        return await openai_client_item(name, o.url, o.api_key, self.model, o.timeout_s, LONG_PROMPT, stream=stream)
+        return await openai_client_item(
+            name, o.url, o.api_key, self.model, o.timeout_s, LONG_PROMPT, stream=stream, secrets=self.secrets
+        )
 
     async def error_unknown_model(self) -> Case:
         b = orjson.loads(self.body("chat", "Hello.", stream=False, max_tokens=1))
@@ -337,28 +345,56 @@ class Checker:
         )
 
     async def concurrent(self) -> Case:
-        n = self.o.streams
-        prompts = [f"{LONG_PROMPT} Name the keeper Keeper {i + 1}." for i in range(n)]
-        got = await self.watched(*(self.stream("chat", p, max_tokens=32) for p in prompts))
-        return item_case("concurrent-streams", *overlap(got))
+        async def measure() -> tuple[str, str]:
+            n = self.o.streams
+            prompts = [f"{LONG_PROMPT} Name the keeper Keeper {i + 1}." for i in range(n)]
+            return overlap(await self.watched(*(self.stream("chat", p, max_tokens=32) for p in prompts)))
+
+        return await self._timing("concurrent-streams", await measure(), measure)
+
+
+def check_session(opts: CheckOptions) -> aiohttp.ClientSession:
+    """The check's HTTP session: a request's timeout, a pool for the concurrent streams, and
+    the tracing that tells ``Checker.request`` a request went out on a reused connection."""
+
+    async def reused(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
+        if isinstance(ctx.trace_request_ctx, SimpleNamespace):
+            ctx.trace_request_ctx.reused = True
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(reused)
+    timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_connect=min(10.0, opts.timeout_s))
+    connector = aiohttp.TCPConnector(limit=4 * opts.streams + 16)
+    return aiohttp.ClientSession(timeout=timeout, connector=connector, read_bufsize=1 << 20, trace_configs=[trace])
 
 
 async def run_check(opts: CheckOptions) -> Outcome:
-    """Run the battery; exit code 0 when nothing failed (skips included), else 1."""
+    """Run the battery; exit code 0 when nothing failed (skips and warnings included), else 1."""
     preload_openai()
-    timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_connect=min(10.0, opts.timeout_s))
-    connector = aiohttp.TCPConnector(limit=4 * opts.streams + 16)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector, read_bufsize=1 << 20) as http:
+    async with check_session(opts) as http:
         checker = Checker(opts, http)
         cases = await checker.run()
-    failed = any(c.status == "fail" for c in cases)
+    status, code = verdict(cases, opts.strict)
     tok = getattr(opts.tokenizer, "name", None) or "none (counts output chunks)"
-    header = [("endpoint", endpoint_label(opts.url)), ("model", checker.model or "?"), ("tokenizer", tok)]
+    header = [
+        ("endpoint", endpoint_label(opts.url)),
+        ("model", checker.model or "?"),
+        ("tokenizer", tok),
+        ("WARN", "fails the check (--strict)" if opts.strict else "passes (an API deviation; --strict fails on it)"),
+    ]
+    warned = sum(c.status == "warn" for c in cases)
+    notes = (
+        []
+        if opts.strict or not warned
+        else [f"{warned} item(s) WARN: the endpoint deviates from the OpenAI API in ways loadgen measures through"]
+    )
     return Outcome(
         kind="check",
         title=f"endpoint check: {endpoint_label(opts.url)}",
-        status="fail" if failed else "pass",
-        exit_code=1 if failed else 0,
+        status=status,
+        exit_code=code,
         header=header,
         cases=cases,
+        notes=notes,
+        secrets=opts.secrets,
     )

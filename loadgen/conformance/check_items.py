@@ -4,6 +4,15 @@ Kept apart from the battery that sends the requests (``check``) so that
 ``loadgen check --help`` can list the items without loading an HTTP client, and
 so each verdict is tested on hand-made exchanges: a verdict takes what was
 already read (``exchange``) and returns (status, evidence), with no I/O.
+
+Each item has a level (``LEVELS``): what a nonconformance costs. ``fail``: it breaks
+measurement or honesty (the framing every figure is read from, usage that disagrees
+with what streamed, max_tokens / ignore_eos not honoured, buffered streaming, the
+official client failing). ``warn``: an API deviation loadgen measures through (an
+unknown model accepted, as llama.cpp and single-model servers do; error shapes; the
+role chunk; stop strings; a non-streamed answer's shape; serving streams one at a
+time). A verdict says ``fail`` when the endpoint does not conform; ``item_case`` turns
+that into ``warn`` for a warn-level item; ``--strict`` makes a warn fail the check.
 """
 
 from __future__ import annotations
@@ -13,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from loadgen.conformance.arrivals import arrivals, spread
-from loadgen.conformance.ci_outputs import Case, clip
+from loadgen.conformance.ci_outputs import Case
+from loadgen.untrusted import token_count
 
 if TYPE_CHECKING:
     from loadgen.conformance.exchange import Stream, Wire
 
 __all__ = [
     "ITEMS",
+    "LEVELS",
     "item_case",
     "combine",
     "framing",
@@ -29,6 +40,7 @@ __all__ = [
     "error_shape",
     "real_streaming",
     "overlap",
+    "verdict",
 ]
 
 ITEMS: dict[str, str] = {
@@ -41,7 +53,7 @@ ITEMS: dict[str, str] = {
     "max-tokens": "an answer never exceeds max_tokens",
     "ignore-eos": "ignore_eos makes a short-answer prompt produce exactly max_tokens tokens",
     "stop-sequence": "a stop string ends the answer just before it, with finish_reason stop",
-    "non-stream-consistent": "a non-streamed answer has content, a finish reason and the same usage shape",
+    "non-stream-consistent": "a non-streamed answer has content, a finish reason and usage agreeing with the stream",
     "openai-client-stream": "the official openai client consumes chat and completions streams",
     "openai-client-nonstream": "the official openai client consumes non-streamed answers",
     "error-unknown-model": "an unknown model is a 4xx with an OpenAI-style error object",
@@ -52,15 +64,36 @@ ITEMS: dict[str, str] = {
 }
 
 
+# What a nonconformance of each item costs (see the module): "fail" breaks measurement or honesty.
+_FAIL_LEVEL = (
+    "chat-stream-framing",
+    "completions-stream-framing",
+    "usage-matches-stream",
+    "max-tokens",
+    "ignore-eos",
+    "openai-client-stream",
+    "openai-client-nonstream",
+    "real-streaming",
+)
+LEVELS: dict[str, str] = {k: "fail" if k in _FAIL_LEVEL else "warn" for k in ITEMS}
+
+
 def item_case(name: str, status: str, message: str) -> Case:
-    """One item's result as a CI case; its data says what the item proves."""
-    return Case(name=name, status=status, message=message, suite="check", data={"proves": ITEMS.get(name, "")})
+    """One item's result as a CI case, a ``fail`` of a warn-level item as ``warn``; its
+    data says what the item proves and its level."""
+    level = LEVELS.get(name, "fail")
+    if status == "fail" and level == "warn":
+        status = "warn"
+    data = {"proves": ITEMS.get(name, ""), "level": level}
+    return Case(name=name, status=status, message=message, suite="check", data=data)
 
 
 def combine(verdicts: list[tuple[str, str]]) -> tuple[str, str]:
-    """Fail if any part fails, skip if every part skipped, else pass; evidence of all parts."""
+    """The worst part (fail, then warn, then inconclusive), skip if every part skipped,
+    else pass; evidence of all parts."""
     statuses = [v for v, _ in verdicts]
-    status = "fail" if "fail" in statuses else "skip" if all(v == "skip" for v in statuses) else "pass"
+    worst = next((v for v in ("fail", "warn", "inconclusive") if v in statuses), None)
+    status = worst or ("skip" if all(v == "skip" for v in statuses) else "pass")
     return status, "; ".join(m for _, m in verdicts)
 
 
@@ -68,20 +101,30 @@ def framing(s: Stream) -> tuple[str, str]:
     if not s.ok():
         return "fail", s.wire.brief()
     if not s.wire.content_type.lower().startswith("text/event-stream"):
-        return "fail", f"Content-Type {clip(s.wire.content_type, 60)!r}, not text/event-stream"
+        return "fail", f"Content-Type {s.wire.text(s.wire.content_type, 60)!r}, not text/event-stream"
+    encoding = s.wire.content_encoding.lower()
+    if encoding not in ("", "identity"):
+        return "fail", f"compressed (Content-Encoding: {s.wire.text(encoding, 40)}) although identity was asked"
     if s.strict_error:
         return "fail", f"the stream does not parse: {s.strict_error}"
     if s.bad_events:
-        return "fail", f"{len(s.bad_events)} non-JSON event(s), e.g. {clip(s.bad_events[0], 60)!r}"
+        example = s.wire.text(s.bad_events[0].decode("utf-8", "replace"), 60)
+        return "fail", f"{len(s.bad_events)} non-JSON event(s), e.g. {example!r}"
     shapeless = [o for o in s.objects if not (isinstance(o, dict) and isinstance(o.get("choices"), list))]
     if shapeless:
-        return "fail", f"{len(shapeless)} chunk(s) without a choices list, e.g. {clip(orjson.dumps(shapeless[0]), 80)}"
+        example = s.wire.text(orjson.dumps(shapeless[0]).decode(), 80)
+        return "fail", f"{len(shapeless)} chunk(s) without a choices list, e.g. {example}"
     if not s.done:
         return "fail", f"ended without data: [DONE] after {len(s.objects)} chunks"
     if s.after_done:
         return "fail", f"{s.after_done} event(s) after [DONE]"
-    if not s.chunk_ns:
+    if not s.token_ns:
         return "fail", "no chunk carried output"
+    if not s.chunk_ns:
+        return "pass", (
+            f"{len(s.objects)} JSON chunks ({len(s.gen_ns)} generated, none with visible text; "
+            f"usage says {s.completion_tokens} tokens), then [DONE]"
+        )
     return "pass", f"{len(s.objects)} JSON chunks ({len(s.chunk_ns)} with output), then [DONE]"
 
 
@@ -95,27 +138,31 @@ def role_first(s: Stream) -> tuple[str, str]:
             role = delta.get("role") if isinstance(delta, dict) else None
             if role == "assistant":
                 return "pass", "first chunk: delta.role 'assistant'"
-            return "fail", f"first chunk's delta has role {clip(role, 40)!r}, not 'assistant'"
+            return "fail", f"first chunk's delta has role {s.wire.text(role, 40)!r}, not 'assistant'"
     return "fail", "no chunk with choices"
 
 
 def usage_present(streams: list[Stream]) -> tuple[str, str]:
     verdicts = []
     for s in streams:
-        u = s.usage or {}
-        ints = all(isinstance(u.get(k), int) for k in ("prompt_tokens", "completion_tokens"))
+        pt, ct = s.prompt_tokens, s.completion_tokens
         if not s.ok():
             verdicts.append(("fail", f"{s.api}: {s.wire.brief()}"))
-        elif ints:
-            verdicts.append(
-                ("pass", f"{s.api}: prompt_tokens {u['prompt_tokens']}, completion_tokens {u['completion_tokens']}")
-            )
+        elif pt is not None and ct is not None:
+            verdicts.append(("pass", f"{s.api}: prompt_tokens {pt}, completion_tokens {ct}"))
         else:
-            verdicts.append(("fail", f"{s.api}: no usage with integer prompt/completion tokens"))
+            u = s.usage or {}
+            why = [r for k in ("prompt_tokens", "completion_tokens") if (r := token_count(u.get(k), k)[1])]
+            said = f" ({'; '.join(why)})" if why else ""
+            verdicts.append(("fail", f"{s.api}: no usage with possible prompt/completion token counts{said}"))
     return combine(verdicts)
 
 
 def non_stream(w: Wire, a: Stream) -> tuple[str, str]:
+    """The non-streamed answer to the first stream's request: content, a finish reason, and
+    usage whose numbers agree with the stream's (the prompt is the same, so prompt_tokens
+    is). Key sets are not compared: a detail field that is ``null`` (vLLM sends
+    ``prompt_tokens_details: null``) is the same as an absent one."""
     data = w.json()
     if w.error or w.status != 200 or not isinstance(data, dict):
         return "fail", w.brief()
@@ -124,25 +171,47 @@ def non_stream(w: Wire, a: Stream) -> tuple[str, str]:
         content = choice["message"]["content"]
         finish = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError):
-        return "fail", f"no choices[0].message.content: {clip(w.body.decode('utf-8', 'replace'), 120)}"
+        return "fail", f"no choices[0].message.content: {w.excerpt(120)}"
     given = data.get("usage")
-    usage: dict[str, Any] = given if isinstance(given, dict) else {}
+    usage = _counts(given if isinstance(given, dict) else {})
     problems = []
-    if not isinstance(content, str) or not content:
-        problems.append("empty content")
+    if not isinstance(content, str) or not (content or (usage["completion_tokens"] or 0) > 0):
+        problems.append("empty content")  # (empty text with tokens in usage is honest: random weights)
     if not isinstance(finish, str):
         problems.append("no finish_reason")
-    if not all(isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
+    if any(usage[k] is None for k in _USAGE_KEYS):
         problems.append("usage lacks integer prompt/completion/total tokens")
-    elif a.usage is not None:
-        if set(usage) != set(a.usage):
-            problems.append(f"usage keys {sorted(usage)} differ from the stream's {sorted(a.usage)}")
-        if usage.get("prompt_tokens") != a.usage.get("prompt_tokens"):
-            problems.append(f"prompt_tokens {usage.get('prompt_tokens')} vs {a.usage.get('prompt_tokens')} streamed")
+    else:
+        problems += _usage_problems(usage, given if isinstance(given, dict) else {}, a)
     if problems:
-        return "fail", "; ".join(clip(p, 160) for p in problems)
+        return "fail", "; ".join(w.text(p) for p in problems)
     same = "same text as streamed" if content == a.text else "text differs from the streamed one"
-    return "pass", f"{len(content)} chars, finish_reason {finish!r}, usage {usage['completion_tokens']} tokens; {same}"
+    same += "" if content else " (no visible text)"
+    return "pass", (
+        f"{len(content)} chars, finish_reason {w.text(finish, 40)!r}, usage {usage['completion_tokens']} tokens; {same}"
+    )
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def _counts(usage: dict[str, Any]) -> dict[str, int | None]:
+    """The token counts that matter, each a possible count or None."""
+    return {k: token_count(usage.get(k), f"usage.{k}")[0] for k in _USAGE_KEYS}
+
+
+def _usage_problems(usage: dict[str, int | None], raw: dict[str, Any], a: Stream) -> list[str]:
+    """Where a non-streamed usage disagrees with itself or with the stream's."""
+    problems = []
+    pt, ct, total = usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]
+    if pt is not None and ct is not None and total is not None and total != pt + ct:
+        problems.append(f"total_tokens {total} != prompt_tokens {pt} + completion_tokens {ct}")
+    for key in ("prompt_tokens_details", "completion_tokens_details"):
+        if raw.get(key) is not None and not isinstance(raw.get(key), dict):
+            problems.append(f"usage.{key} is neither an object nor null")
+    if a.ok() and a.prompt_tokens is not None and pt != a.prompt_tokens:
+        problems.append(f"prompt_tokens {pt} vs {a.prompt_tokens} streamed for the same prompt")
+    return problems
 
 
 def error_shape(w: Wire, what: str = "") -> tuple[str, str]:
@@ -151,13 +220,13 @@ def error_shape(w: Wire, what: str = "") -> tuple[str, str]:
         return "fail", w.error
     head = f"{what + ': ' if what else ''}HTTP {w.status}"
     if w.status is None or not 400 <= w.status < 500:
-        return "fail", f"{head}, expected 4xx: {clip(w.body.decode('utf-8', 'replace'), 100)}"
+        return "fail", f"{head}, expected 4xx: {w.excerpt(100)}"
     data = w.json()
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         kind = err.get("type") or err.get("code") or "-"
-        return "pass", f"{head}, error.type {clip(kind, 40)!r}: {clip(err['message'], 100)}"
-    return "fail", f"{head} but not an OpenAI error object: {clip(w.body.decode('utf-8', 'replace'), 100)}"
+        return "pass", f"{head}, error.type {w.text(kind, 40)!r}: {w.text(err['message'], 100)}"
+    return "fail", f"{head} but not an OpenAI error object: {w.excerpt(100)}"
 
 
 def real_streaming(s: Stream) -> tuple[str, str]:
@@ -187,9 +256,11 @@ def overlap(streams: list[Stream]) -> tuple[str, str]:
     """All first tokens before any stream finished: they were served together.
 
     Answers that arrived in bursts (buffered) cannot tell, and neither can a client
-    whose event loop stalled: what would fail is INCONCLUSIVE then.
+    whose event loop stalled: what would fail is INCONCLUSIVE then. A stream whose
+    chunks carry no visible text streamed all the same when usage counts its tokens
+    (``Stream.token_ns``).
     """
-    bad = [s for s in streams if not s.ok() or not s.chunk_ns]
+    bad = [s for s in streams if not s.ok() or not s.token_ns]
     if bad:
         return "fail", f"{len(bad)} of {len(streams)} streams failed or streamed nothing: {bad[0].brief()}"
     seen = [arrivals(s) for s in streams]
@@ -205,7 +276,7 @@ def overlap(streams: list[Stream]) -> tuple[str, str]:
 
 def _together(streams: list[Stream]) -> tuple[str, str]:
     """Pass when every stream had a token before any finished, else by the peak of streams in progress."""
-    first = [s.chunk_ns[0] for s in streams]
+    first = [s.token_ns[0] for s in streams]
     done = [s.wire.t_done for s in streams]
     n = len(streams)
     if max(first) < min(done):
@@ -218,3 +289,13 @@ def _together(streams: list[Stream]) -> tuple[str, str]:
     if peak <= 1:
         return "fail", f"the {n} streams were served one at a time"
     return "pass", f"at most {peak} of {n} streams progressed at once (a concurrency limit on the server?)"
+
+
+def verdict(cases: list[Case], strict: bool) -> tuple[str, int]:
+    """The check's status and exit code: 1 when an item failed (or warned, when strict), else 0;
+    the status is ``warn`` when something warned and nothing failed. An inconclusive item
+    (the client too busy to judge) fails nothing."""
+    statuses = {c.status for c in cases}
+    if "fail" in statuses or (strict and "warn" in statuses):
+        return "fail", 1
+    return ("warn" if "warn" in statuses else "pass"), 0

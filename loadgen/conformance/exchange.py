@@ -12,6 +12,9 @@ arrived: a client whose event loop stalls (a busy machine) finds several chunks
 waiting and reads them at once. ``LoopWatch`` notes the instants the loop was
 free while the timing items ran, so their verdicts can tell a burst the server
 sent from one the client's own stall made.
+
+Everything here that becomes text (``brief``, parse errors) is the endpoint's and may
+echo the run's secrets: it passes through the run's ``Secrets`` and ``clean_text``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import orjson
 
 from loadgen.client.protocol.sse import BadStream, SSEParser
 from loadgen.client.protocol.tally import StreamTally
-from loadgen.conformance.ci_outputs import clip
+from loadgen.redaction import Secrets
+from loadgen.untrusted import clean_text, token_count
 
 __all__ = ["Wire", "Stream", "LoopWatch"]
 
@@ -38,6 +42,8 @@ class Wire:
 
     ``looks``: instants (perf_counter_ns) at which the client's event loop was free
     during the exchange, from a ``LoopWatch``; empty when it was not watched.
+    ``content_encoding``: the answer's Content-Encoding (the check asks ``identity``).
+    ``secrets``: the run's, removed from every text made of what the endpoint sent.
     """
 
     status: int | None = None
@@ -47,6 +53,12 @@ class Wire:
     reads: list[tuple[int, bytes]] = field(default_factory=list)
     error: str | None = None
     looks: list[int] = field(default_factory=list)
+    content_encoding: str = ""
+    secrets: Secrets = field(default_factory=Secrets)
+
+    def text(self, value: object, limit: int = 160) -> str:
+        """``value`` (endpoint text) with the run's secrets removed, as one clean line of ``limit``."""
+        return clean_text(self.secrets.redact(str(value)), limit)
 
     @property
     def body(self) -> bytes:
@@ -61,12 +73,23 @@ class Wire:
     def brief(self) -> str:
         if self.error:
             return self.error
-        return f"HTTP {self.status}: {clip(self.body.decode('utf-8', 'replace'), 160)}"
+        return f"HTTP {self.status}: {self.excerpt()}"
+
+    def excerpt(self, limit: int = 160) -> str:
+        """The start of the body, as clean text without secrets."""
+        return self.text(self.body[: 8 * limit].decode("utf-8", "replace"), limit)
 
 
 @dataclass
 class Stream:
-    """A streamed answer: strict framing verdict plus a lenient reading of its JSON events."""
+    """A streamed answer: strict framing verdict plus a lenient reading of its JSON events.
+
+    ``chunk_ns``: when each chunk carrying visible output was read (the engine's rule);
+    ``gen_ns``: when each chunk that generated was read, visible or not: a choice with
+    content (even ``""``), reasoning, tool calls or text, other than the role chunk
+    and a finish-only chunk. A server can stream tokens whose text is empty (vLLM with
+    random weights does), which usage counts: ``token_ns`` judges timing by them then.
+    """
 
     wire: Wire
     api: str
@@ -78,6 +101,7 @@ class Stream:
     usage: dict[str, Any] | None = None
     tally: StreamTally | None = None
     interp_error: str | None = None
+    gen_ns: list[int] = field(default_factory=list)
 
     @classmethod
     def read(cls, wire: Wire, api: str) -> Stream:
@@ -90,14 +114,14 @@ class Stream:
             for t, data in wire.reads:
                 strict.feed(data, t)
         except BadStream as e:
-            s.strict_error = clip(str(e), 160)
+            s.strict_error = wire.text(e)
         events: list[tuple[int, bytes]] = []
         try:
             for t, data in wire.reads:
                 events += [(t, p) for p in parser.feed(data)]
             events += [(wire.t_done, p) for p in parser.close()]
         except BadStream as e:
-            s.strict_error = s.strict_error or clip(str(e), 160)
+            s.strict_error = s.strict_error or wire.text(e)
         for t, payload in events:
             s._event(t, payload, lenient)
         return s
@@ -117,11 +141,13 @@ class Stream:
         self.objects.append(obj)
         if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
+        if _generated(obj, self.api):
+            self.gen_ns.append(t)
         if self.interp_error is None:
             try:
                 lenient.feed(b"data: " + payload + b"\n\n", t)
             except BadStream as e:
-                self.interp_error = clip(str(e), 160)
+                self.interp_error = self.wire.text(e)
 
     @property
     def text(self) -> str:
@@ -132,13 +158,28 @@ class Stream:
         return self.tally.chunk_ns if self.tally else []
 
     @property
+    def token_ns(self) -> list[int]:
+        """The token arrivals the timing items judge: the visible output chunks, unless usage
+        says more tokens were generated than those and chunks without visible text carried
+        them (each generated chunk then counts, empty or not)."""
+        ct, visible = self.completion_tokens or 0, self.chunk_ns
+        if ct > len(visible) and len(self.gen_ns) > len(visible):
+            return self.gen_ns
+        return visible
+
+    @property
     def finish_reason(self) -> str | None:
-        return self.tally.finish_reason if self.tally else None
+        fr = self.tally.finish_reason if self.tally else None
+        return None if fr is None else self.wire.text(fr, 40)
 
     @property
     def completion_tokens(self) -> int | None:
-        ct = (self.usage or {}).get("completion_tokens")
-        return ct if isinstance(ct, int) and not isinstance(ct, bool) else None
+        """usage.completion_tokens, when it is a possible token count."""
+        return token_count((self.usage or {}).get("completion_tokens"), "usage.completion_tokens")[0]
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return token_count((self.usage or {}).get("prompt_tokens"), "usage.prompt_tokens")[0]
 
     def ok(self) -> bool:
         return self.wire.error is None and self.wire.status == 200
@@ -150,6 +191,31 @@ class Stream:
             f"{len(self.chunk_ns)} output chunks, usage completion_tokens={self.completion_tokens}, "
             f"finish_reason={self.finish_reason!r}"
         )
+
+
+_GENERATED = ("content", "reasoning_content", "reasoning", "tool_calls")
+
+
+def _generated(obj: Any, api: str) -> bool:
+    """Whether a chunk carries a generated token, visible or not (see ``Stream``)."""
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    for ch in choices if isinstance(choices, list) else ():
+        if not isinstance(ch, dict):
+            continue
+        if api != "chat":
+            if "text" in ch and (ch.get("text") or ch.get("finish_reason") is None):
+                return True
+            continue
+        delta = ch.get("delta")
+        if not isinstance(delta, dict):
+            continue
+        if any(delta.get(k) for k in _GENERATED):
+            return True
+        # "" or null: a token without visible text, unless this is the role chunk (no token yet)
+        # or the finish chunk
+        if delta.get("role") is None and ch.get("finish_reason") is None and any(k in delta for k in _GENERATED):
+            return True
+    return False
 
 
 class LoopWatch:

@@ -5,16 +5,30 @@ Every criterion of the profile is measured at the load points it applies to
 verdict needs them); this module turns those into PASS / FAIL / INCONCLUSIVE
 cases with their reasons, adds the baseline comparison, and gives the exit code.
 
+Validity is checked before a verdict stands: a PASS or FAIL decided on a suspect point
+(client lag, client CPU, an interrupted run, a late simulator, degraded records; DESIGN.md,
+"validity is data") becomes INCONCLUSIVE with the reason, and so does a baseline
+comparison whose baseline point is suspect. ``few_samples`` is left to the gate's own
+sample rules (each bound, and the profile's ``min_samples``). An interrupted run is named
+on the first line of the output.
+
 Everything here is a pure function of the records; only ``gate_run`` reads files.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from loadgen.analysis.validity import validity_warnings
+from loadgen.analysis.validity import (
+    Caveat,
+    Validity,
+    interruption,
+    point_caveats,
+    run_caveats,
+)
 from loadgen.conformance.bounds import (
     Measurement,
     compare,
@@ -189,25 +203,28 @@ def gate_run(
     run_dir, notes = Path(run_dir), []
     meta, points = load_points(run_dir, profile.slo)
     results = judge(profile, points, run_dir)
-    cases = [_case(c, p, "slo", status, m, reason, c.limit) for c, p, status, m, reason in results]
+    valid = _validities(meta, points)
+    cases = [
+        _suspect_case(_case(c, p, "slo", status, m, reason, c.limit), valid[p.index], "the run")
+        for c, p, status, m, reason in results
+    ]
     for p in points:
         prefix = f"{p.label}: " if p.label else ""
         notes += [prefix + w for w in ([p.warning] if p.warning else [])]
-        notes += [prefix + w for w in validity_warnings(p.summary(), lag_p99_limit_ms=p.lag_limit_ms)]
+        notes += [prefix + c.message for c in _point_caveats(meta, p)]
     if any(c.info.clustered for c in profile.criteria):
         notes.append("ITL/ICL samples are clustered by request; their bounds count one sample per request")
-    header = [
-        ("run", str(run_dir)),
-        ("endpoint", str(meta.get("endpoint", "?"))),
-        ("model", str(meta.get("model", "?"))),
-        ("profile", f"{profile.name} ({profile.source})"),
-        ("confidence", f"{profile.confidence:.0%} one-sided per bound"),
-    ]
+    header = _header(run_dir, meta, profile, valid)
     if baseline is not None:
         bmeta, bpoints = load_points(Path(baseline), profile.slo)
         header.append(("baseline", f"{baseline} (tolerance {fmt_pct(tolerance)})"))
+        bvalid = _validities(bmeta, bpoints)
+        if line := interruption(bmeta):
+            header.insert(
+                int(header[0][0] == "INTERRUPTED"), ("INTERRUPTED baseline", line.removeprefix("INTERRUPTED: "))
+            )
         notes += _comparability(meta, bmeta)
-        cases += _baseline_cases(profile, results, bpoints, Path(baseline), tolerance)
+        cases += _baseline_cases(profile, results, bpoints, Path(baseline), tolerance, valid, bvalid)
     status = overall_status([c.status for c in cases])
     return Outcome(
         kind="gate",
@@ -221,8 +238,59 @@ def gate_run(
     )
 
 
+def _header(run_dir: Path, meta: dict[str, Any], profile: Profile, valid: dict[int, Validity]) -> list[tuple[str, str]]:
+    """The lines above the table: an interrupted run's first, then what was judged and how."""
+    header = [("INTERRUPTED", line.removeprefix("INTERRUPTED: "))] if (line := interruption(meta)) else []
+    header += [
+        ("run", str(run_dir)),
+        ("endpoint", str(meta.get("endpoint", "?"))),
+        ("model", str(meta.get("model", "?"))),
+        ("profile", f"{profile.name} ({profile.source})"),
+        ("confidence", f"{profile.confidence:.0%} one-sided per bound"),
+    ]
+    suspect = {v.why(): v for v in valid.values() if v.withholding.suspect}
+    if suspect:
+        why = "; ".join(v.withholding.why() for v in suspect.values())
+        header.append(("validity", f"suspect: {why}; verdicts it would decide are INCONCLUSIVE"))
+    return header
+
+
+def _point_caveats(meta: dict[str, Any], p: Point) -> list[Caveat]:
+    """A point's caveats, from its run.json entry (a sweep's point by index; a single run's client)."""
+    entries = meta.get("points")
+    if isinstance(entries, list) and entries:
+        entry = next((e for e in entries if isinstance(e, dict) and e.get("index", e.get("point")) == p.index), {})
+    else:
+        entry = {"phase": "run", "client": meta.get("client") or {}}
+    return point_caveats(entry, p.summary(), p.lag_limit_ms)
+
+
+def _validities(meta: dict[str, Any], points: list[Point]) -> dict[int, Validity]:
+    """Each point's validity with its run's, by point index."""
+    run = Validity.of(run_caveats(meta))
+    return {p.index: Validity.of(_point_caveats(meta, p)).merged(run) for p in points}
+
+
+def _suspect_case(case: Case, v: Validity, whose: str) -> Case:
+    """A PASS or FAIL decided on suspect data, made INCONCLUSIVE with the reason (the rest as is)."""
+    w = v.withholding
+    if not w.suspect:
+        return case
+    data = {**case.data, "validity": {"state": w.state, "codes": list(w.codes)}}
+    if case.status not in ("pass", "fail"):
+        return replace(case, message=f"{case.message}; and {whose} is suspect: {w.why()}", data=data)
+    message = f"would {case.status} ({case.message}), but {whose} is suspect: {w.why()}"
+    return replace(case, status="inconclusive", message=message, data=data)
+
+
 def _baseline_cases(
-    profile: Profile, results: list[Judgement], bpoints: list[Point], baseline: Path, tolerance: float
+    profile: Profile,
+    results: list[Judgement],
+    bpoints: list[Point],
+    baseline: Path,
+    tolerance: float,
+    valid: dict[int, Validity],
+    bvalid: dict[int, Validity],
 ) -> list[Case]:
     conf2 = 1 - (1 - profile.confidence) / 2  # each side at half the error: a false alarm <= 1 - confidence
     cases = []
@@ -240,7 +308,9 @@ def _baseline_cases(
                 _case(c, p, "baseline", "inconclusive", cur, "no matching load point in the baseline", "baseline: -")
             )
             continue
-        cases.append(_baseline_case(c, p, cur, measure(c, match[0], conf2), tolerance))
+        case = _baseline_case(c, p, cur, measure(c, match[0], conf2), tolerance)
+        case = _suspect_case(case, valid[p.index], "the run")
+        cases.append(_suspect_case(case, bvalid[match[0].index], "the baseline"))
     return cases
 
 

@@ -2,16 +2,25 @@
 
 Kept apart from the battery (``check``) because they speak through another library
 rather than the wire: the finding is whether ``openai.AsyncOpenAI`` copes, so any
-exception it raises is the evidence. The package is optional; without it the items
-skip.
+exception it raises is the evidence (the battery removes the check's secrets from it,
+as from all evidence). The package is optional; without it the items skip.
+
+The client keeps no idle connection: a server that closes one after each answer
+while advertising keep-alive (llama.cpp) would otherwise fail the next request on
+the stale one, which is the stale keep-alive race and not the endpoint's fault; the
+battery's own requests resend on it, and this client, with its retries off so that
+each failure is evidence, never meets it. It asks for uncompressed answers, as every
+loadgen request does.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from loadgen.conformance.check_items import item_case
-from loadgen.conformance.ci_outputs import Case, clip
+from loadgen.conformance.ci_outputs import Case
+from loadgen.redaction import Secrets
+from loadgen.untrusted import clean_text
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -32,29 +41,72 @@ def preload_openai() -> None:
 
 
 async def openai_client_item(
-    name: str, url: str, api_key: str | None, model: str, timeout_s: float, prompt: str, *, stream: bool
+    name: str,
+    url: str,
+    api_key: str | None,
+    model: str,
+    timeout_s: float,
+    prompt: str,
+    *,
+    stream: bool,
+    secrets: Secrets,
 ) -> Case:
     """Chat and completions through the official client, streamed or not: pass when both give text and usage."""
     try:
         import openai
     except ImportError:
         return item_case(name, "skip", "the openai package is not installed")
-    client = openai.AsyncOpenAI(base_url=url, api_key=api_key or "none", max_retries=0, timeout=timeout_s)
+    import httpx2
+
+    http = openai.DefaultAsyncHttpx2Client(limits=httpx2.Limits(max_keepalive_connections=0), timeout=timeout_s)
+    client = openai.AsyncOpenAI(
+        base_url=url,
+        api_key=api_key or "none",
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=http,
+        default_headers={"Accept-Encoding": "identity"},
+    )
     try:
-        if stream:
-            text, usage, comp = await _streamed(client, model, prompt)
-        else:
-            text, usage, comp = await _whole(client, model, prompt)
-        ok = bool(text and comp and usage)
-        return item_case(name, "pass" if ok else "fail", _evidence(text, usage, comp))
+        got = await (_streamed(client, model, prompt) if stream else _whole(client, model, prompt))
+        return item_case(name, "pass" if got.ok() else "fail", got.evidence())
     except Exception as e:  # the point is whether the client copes: any exception is the finding
-        return item_case(name, "fail", f"openai client raised {type(e).__name__}: {clip(e, 160)}")
+        return item_case(
+            name, "fail", f"openai client raised {type(e).__name__}: {clean_text(secrets.redact(str(e)), 600)}"
+        )
     finally:
         await client.close()
+        await http.aclose()
 
 
-async def _streamed(client: AsyncOpenAI, model: str, prompt: str) -> tuple[str, CompletionUsage | None, str]:
-    """(chat text, chat usage, completions text), both streamed with usage asked for."""
+class _Got(NamedTuple):
+    """What the client made of the chat and the completions answer."""
+
+    text: str
+    usage: CompletionUsage | None
+    comp: str
+    comp_usage: CompletionUsage | None
+
+    def ok(self) -> bool:
+        """Both answers gave text, or tokens without visible text (random weights do) by usage;
+        the chat one with usage."""
+        return self.usage is not None and _said(self.text, self.usage) and _said(self.comp, self.comp_usage)
+
+    def evidence(self) -> str:
+        chat = f"chat {len(self.text)} chars, usage {_tokens(self.usage)}"
+        return f"{chat}; completions {len(self.comp)} chars, usage {_tokens(self.comp_usage)}"
+
+
+def _said(text: str, usage: CompletionUsage | None) -> bool:
+    return bool(text) or (usage is not None and usage.completion_tokens > 0)
+
+
+def _tokens(usage: CompletionUsage | None) -> str:
+    return "missing" if usage is None else f"{usage.completion_tokens} tokens"
+
+
+async def _streamed(client: AsyncOpenAI, model: str, prompt: str) -> _Got:
+    """The chat and the completions answer, both streamed with usage asked for."""
     msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
     parts: list[str] = []
     usage: CompletionUsage | None = None
@@ -65,21 +117,19 @@ async def _streamed(client: AsyncOpenAI, model: str, prompt: str) -> tuple[str, 
         parts += [c.delta.content or "" for c in ch.choices if c.delta]
         usage = ch.usage or usage
     ctext: list[str] = []
+    cusage: CompletionUsage | None = None
     comp = await client.completions.create(
         prompt=prompt, model=model, max_tokens=_MAX_TOKENS, stream=True, stream_options={"include_usage": True}
     )
     async for cc in comp:
         ctext += [c.text or "" for c in cc.choices]
-    return "".join(parts), usage, "".join(ctext)
+        cusage = cc.usage or cusage
+    return _Got("".join(parts), usage, "".join(ctext), cusage)
 
 
-async def _whole(client: AsyncOpenAI, model: str, prompt: str) -> tuple[str, CompletionUsage | None, str]:
-    """(chat text, chat usage, completions text), not streamed."""
+async def _whole(client: AsyncOpenAI, model: str, prompt: str) -> _Got:
+    """The chat and the completions answer, not streamed."""
     msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
     r = await client.chat.completions.create(messages=msgs, model=model, max_tokens=_MAX_TOKENS)
     cr = await client.completions.create(prompt=prompt, model=model, max_tokens=_MAX_TOKENS)
-    return r.choices[0].message.content or "", r.usage, cr.choices[0].text or ""
-
-
-def _evidence(text: str, usage: CompletionUsage | None, comp: str) -> str:
-    return f"chat {len(text)} chars, usage {'present' if usage else 'missing'}; completions {len(comp)} chars"
+    return _Got(r.choices[0].message.content or "", r.usage, cr.choices[0].text or "", cr.usage)

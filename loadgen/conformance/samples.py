@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.analysis.columns import Cols, Floats, Ints, Mask, int_column, itl_icl, ms
+from loadgen.analysis.columns import Cols, Floats, Ints, Latencies, Mask, int_column, itl_icl
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.points import point_window
 from loadgen.analysis.window import Window
@@ -38,32 +38,30 @@ class _Base:
     """Per row of a point's records: what every sample is derived from (ms where a latency)."""
 
     c: Cols
+    lat: Latencies  # exact and censored latencies, as ``metrics.summarize`` folds them
     inwin: Mask
-    sent: Ints
-    has_sent: Mask
-    first: Ints
-    has_first: Mask
     done: Ints
     has_done: Mask
-    ttft: Floats  # NaN where not defined, as below
-    tpot: Floats
-    e2e: Floats
 
     @classmethod
     def of(cls, table: pa.Table, window: Window) -> _Base:
-        """TTFT, TPOT and E2E as ``metrics.summarize`` defines them (through ``columns``)."""
         c = Cols.of(table)
-        (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
-            c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
-        )
-        ttft, tpot, e2e = (np.full(c.n, np.nan) for _ in range(3))
-        a = c.ok & has_first & (c.out >= 1)
-        ttft[a] = ms(first[a], c.t_sched[a])
-        a = c.ok & has_first & has_last & (c.out >= 2)
-        tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
-        a = c.ok & has_done
-        e2e[a] = ms(done[a], c.t_sched[a])
-        return cls(c, window.contains(c.t_sched), sent, has_sent, first, has_first, done, has_done, ttft, tpot, e2e)
+        done, has_done = c.t["t_done"]
+        return cls(c, Latencies.of(c), window.contains(c.t_sched), done, has_done)
+
+
+_CENSORED = ("ttft", "ttft_sent", "e2e", "schedule_lag")  # the metrics with censored samples
+
+
+def _pair(lat: Latencies, metric: str) -> tuple[Floats, Floats]:
+    """(exact, censored) per-row arrays of a metric in ``_CENSORED``."""
+    pairs = {
+        "ttft": (lat.ttft, lat.ttft_c),
+        "ttft_sent": (lat.ttft_sent, lat.ttft_sent_c),
+        "e2e": (lat.e2e, lat.e2e_c),
+        "schedule_lag": (lat.lag, lat.lag_c),
+    }
+    return pairs[metric]
 
 
 @dataclass
@@ -80,6 +78,7 @@ class Point:
     lag_limit_ms: float = 10.0
     warning: str | None = None  # the configured window could not be used
     _samples: dict[str, Floats] = field(default_factory=dict, repr=False)
+    _censored: dict[str, Floats] = field(default_factory=dict, repr=False)
     _summary: Summary | None = field(default=None, repr=False)
 
     # -- samples, each by the definitions of metrics.summarize ------------------------
@@ -93,24 +92,28 @@ class Point:
             self._samples[metric] = self._compute(metric)
         return self._samples[metric]
 
+    def censored(self, metric: str) -> Floats:
+        """The right-censored samples of a "dist" metric (each true value is at least the one
+        given: a request still waiting, cut or failed before what the metric times); empty for
+        metrics that have none."""
+        if metric not in self._censored:
+            b = self._base
+            x = _pair(b.lat, metric)[1][b.inwin] if metric in _CENSORED else np.empty(0)
+            self._censored[metric] = x[~np.isnan(x)]
+        return self._censored[metric]
+
     def _compute(self, metric: str) -> Floats:
         b = self._base
         c, inwin = b.c, b.inwin
-        if metric in ("ttft", "tpot", "e2e"):
-            x = {"ttft": b.ttft, "tpot": b.tpot, "e2e": b.e2e}[metric][inwin]
+        if metric in _CENSORED:
+            x = _pair(b.lat, metric)[0][inwin]
             return x[~np.isnan(x)]
-        if metric == "ttft_sent":
-            m = inwin & ~np.isnan(b.ttft) & b.has_sent
-            return ms(b.first[m], b.sent[m])
-        if metric == "per_user_tps":
-            x = b.tpot[inwin]
+        if metric in ("tpot", "per_user_tps"):
+            x = b.lat.tpot[inwin]
             x = x[~np.isnan(x)]
-            return 1000.0 / x[x > 0]
-        if metric == "schedule_lag":
-            m = inwin & b.has_sent
-            return ms(b.sent[m], c.t_sched[m])
+            return x if metric == "tpot" else 1000.0 / x[x > 0]
         if metric in ("itl", "icl"):
-            itl, icl = itl_icl(c, inwin & c.ok)
+            itl, icl = itl_icl(c, inwin)
             return itl if metric == "itl" else icl
         if metric == "session_duration":
             return self._sessions()
@@ -139,10 +142,11 @@ class Point:
     def clusters(self, metric: str) -> int:
         """Requests that contributed per-token samples (the effective sample size)."""
         b = self._base
-        return int((b.inwin & b.c.ok & (b.c.c_len >= 2)).sum())
+        return int((b.inwin & (b.c.c_len >= 2)).sum())
 
     def proportion(self, metric: str) -> tuple[int, int]:
-        """(requests that count as a success, requests in the window)."""
+        """(requests that count as a success, requests in the window: a failed, cancelled or
+        not_sent one is a miss)."""
         b = self._base
         good = b.c.ok
         if metric == "attainment":
@@ -153,7 +157,7 @@ class Point:
         b = self._base
         if self.slo is None:
             raise ConfigError("this criterion needs the profile's `slo:` bounds")
-        met: Mask = b.c.ok & self.slo.met(b.ttft, b.tpot, b.e2e)
+        met: Mask = b.c.ok & self.slo.met(b.lat.ttft, b.lat.tpot, b.lat.e2e)
         return met
 
     def events(self, metric: str) -> tuple[Ints, Floats]:

@@ -40,7 +40,10 @@ class MetricInfo:
     ``kind``: "dist" (one sample per request, token or session: percentiles and
     means apply), "rate" (events per second over the window) or "proportion"
     (a share of requests, in %). ``clustered``: samples within a request are not
-    independent (ITL, ICL), which the gate accounts for.
+    independent (ITL, ICL), which the gate accounts for. TTFT, E2E and schedule lag
+    count every request of the window, one that never got what they time as a
+    right-censored sample (``columns.Latencies``): a percentile on censored samples
+    PASSes only if it would with each of them never answered (``bounds``).
     """
 
     name: str
@@ -55,12 +58,14 @@ class MetricInfo:
 METRICS: dict[str, MetricInfo] = {
     m.name: m
     for m in (
-        MetricInfo("ttft", "dist", "ms", "lower", "time to first token from the intended send time"),
+        MetricInfo(
+            "ttft", "dist", "ms", "lower", "time to first token from the intended send time (unanswered: censored)"
+        ),
         MetricInfo("ttft_sent", "dist", "ms", "lower", "time to first token from the actual send"),
         MetricInfo("tpot", "dist", "ms", "lower", "per request: (last - first token) / (tokens - 1)"),
         MetricInfo("itl", "dist", "ms", "lower", "inter-token latency, one sample per token", clustered=True),
         MetricInfo("icl", "dist", "ms", "lower", "gaps between output chunks", clustered=True),
-        MetricInfo("e2e", "dist", "ms", "lower", "end-to-end latency per request (an agent's turn latency)"),
+        MetricInfo("e2e", "dist", "ms", "lower", "end-to-end latency per request (unfinished: censored)"),
         MetricInfo("schedule_lag", "dist", "ms", "lower", "actual send - intended send (the client's health)"),
         MetricInfo("per_user_tps", "dist", "tok/s", "higher", "1000 / TPOT per request"),
         MetricInfo("session_duration", "dist", "s", "lower", "per session: last turn done - first turn scheduled"),

@@ -1,8 +1,10 @@
 """compare.html: a bake-off as one self-contained page (same rules as report.html).
 
-Traffic mismatches are shown first, in a red box: a comparison of different
-traffic is not a bake-off. Verdicts list every run's value with its interval
-and name a winner only where the intervals separate.
+Suspect runs and points (and interrupted runs) are shown first, at the top of the
+page, then traffic mismatches, in red boxes: a comparison of suspect data or of
+different traffic is not a bake-off. Verdicts list every run's value with its
+interval and name a winner only where the intervals separate and the figures are
+valid ("withheld" where a suspect run or point would decide it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def _verdict_rows(c: Comparison, verdicts: list[Verdict]) -> str:
     for v in verdicts:
         cells = "".join(f"<td>{_value(v.values.get(n))}</td>" for n in c.names)
         win = f'<span class="win">{esc(v.winner)}</span>' if v.winner else '<span class="nowin">no clear winner</span>'
+        if v.withheld:
+            win = '<span class="nowin">withheld (suspect)</span>'
         rows.append(
             f'<tr><td class="l">{esc(v.metric)}</td><td class="l">{esc(v.unit)}</td>{cells}'
             f'<td class="l">{win}</td><td class="l">{esc(v.detail)}</td></tr>'
@@ -131,6 +135,13 @@ def render_compare(c: Comparison) -> str:
         f"<td>{len(s.analysis.points)}</td><td>{esc(fmt(s.analysis.gpus))}</td></tr>"
         for s in c.sides
     )
+    suspect = ""
+    if c.suspects:
+        items = "".join(f"<li>{esc(m)}</li>" for m in c.suspects)
+        suspect = (
+            '<div class="loud" id="suspect"><strong>Some of these runs are suspect; no winner is named on '
+            f"their figures:</strong><ul>{items}</ul></div>"
+        )
     mism = ""
     if c.mismatches:
         items = "".join(f"<li>{esc(m)}</li>" for m in c.mismatches)
@@ -155,6 +166,7 @@ def render_compare(c: Comparison) -> str:
     )
     body = [
         f"<header><h1>loadgen bake-off: {esc(' vs '.join(c.names))}</h1><p class='sub'>{slo}</p></header>",
+        suspect,
         mism,
         f'<section id="runs"><h2>Runs</h2><table><thead><tr><th class="l">name</th><th class="l">endpoint</th>'
         f'<th class="l">model</th><th class="l">folder</th><th>points</th><th>GPUs</th></tr></thead>'

@@ -1,4 +1,8 @@
-"""A single-point run on the terminal: header, latency and throughput tables, warnings (rich)."""
+"""A single-point run on the terminal: header, latency and throughput tables, warnings (rich).
+
+A figure that is only a lower bound (censored samples: requests that never got what it
+times count as at least their elapsed time) is shown ``>= x``; an unbounded interval end ∞.
+"""
 
 from __future__ import annotations
 
@@ -34,28 +38,35 @@ def header_text(meta: dict[str, Any], s: Summary) -> Text:
     t.append(f"  model {meta.get('model', '?')}  ·  {arrival}\n")
     t.append(
         f"{s.requests} requests in a {s.window_s:.1f} s window ({s.window}) · "
-        f"ok {s.ok}, failed {s.failed}, cancelled {s.cancelled}"
+        f"ok {s.ok}, failed {s.failed}, cancelled {s.cancelled}" + (f", not sent {s.not_sent}" if s.not_sent else "")
     )
     return t
 
 
-def _fmt(v: float) -> str:
+def _fmt(v: float, lower_bound: bool = False) -> str:
+    """A figure: "-" for NaN, ∞ for an open end, ``>= x`` for a lower bound, 1,705 past 1000."""
     if v != v:  # NaN
         return "-"
     if v in (float("inf"), float("-inf")):
-        return "∞"
-    return f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
+        return "∞" if v > 0 else "-∞"
+    text = f"{v:.1f}" if abs(v) < 1000 else f"{v:,.0f}"
+    return f">= {text}" if lower_bound else text
 
 
 def _cell(d: Dist, key: str) -> str:
     if d.n == 0:
         return "-"
     v, lo, hi = d.pcts[key]
-    return f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" if key in ("p99", "p99.9") else _fmt(v)
+    f = d.flags.get(key)
+    value = _fmt(v, f is not None and f.value)
+    return f"{value} [{_fmt(lo, f is not None and f.lo)}, {_fmt(hi)}]" if key in ("p99", "p99.9") else value
 
 
 def latency_table(s: Summary) -> Table:
-    t = Table(title="latency (ms; p99 with its 95% interval)", show_edge=False)
+    title = "latency (ms; p99 with its 95% interval)"
+    if any(d.censored for d in (s.ttft, s.e2e, s.ttft_sent, s.schedule_lag)):
+        title += "; >= x: a lower bound, requests that never got a first token (or never finished) count as their wait"
+    t = Table(title=title, show_edge=False)
     for col in ("metric", "n", "mean", "p50", "p90", "p95", "p99", "p99.9"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     rows = (
@@ -69,9 +80,9 @@ def latency_table(s: Summary) -> Table:
         ("per-user tok/s", s.per_user_tps),
     )
     for name, d in rows:
-        t.add_row(
-            name, str(d.n), _fmt(d.mean) if d.n else "-", *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9"))
-        )
+        n = f"{d.n} ({d.censored} censored)" if d.censored else str(d.n)
+        mean = _fmt(d.mean, d.mean_lower_bound) if d.n else "-"
+        t.add_row(name, n, mean, *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9")))
     return t
 
 

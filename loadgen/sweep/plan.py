@@ -92,44 +92,61 @@ class SweepPlan:
         )
 
 
+_MAX_RANGE_POINTS = 100  # a START:STOP:STEP range longer than this is a typo, not a sweep
+
+
 def parse_list(text: str, what: str, integer: bool = False) -> list[float]:
-    """``1,2,4`` or ``1:16:x2`` (geometric) or ``4:20:+4`` (linear) -> values, validated."""
+    """``1,2,4`` or ``1:16:x2`` (geometric) or ``4:20:+4`` (linear) -> values, validated.
+
+    Every error names the flag, the list and the value at fault, in one line: an empty
+    value (``1,,2``), a value that is not a finite number, not > 0, not whole (``integer``)
+    or repeated, and a range that is malformed or longer than 100 points."""
+    if not text.strip():
+        raise ConfigError(f"{what} {text!r}: give at least one value")
     out: list[float] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
-            continue
-        out.extend(_parse_range(part, what) if ":" in part else [_number(part, what)])
-    if not out:
-        raise ConfigError(f"{what} {text!r}: give at least one value")
+            raise ConfigError(f"{what} {text!r}: an empty value (two commas in a row, or one at an end)")
+        out.extend(_parse_range(part, what) if ":" in part else [_number(part, what, text)])
     for v in out:
-        if not (v > 0 and math.isfinite(v)):
-            raise ConfigError(f"{what} {text!r}: every value must be > 0")
-        if integer and not float(v).is_integer():
-            raise ConfigError(f"{what} {text!r}: values must be whole numbers")
-    if len(set(out)) != len(out):
-        raise ConfigError(f"{what} {text!r}: a value is repeated")
-    return [float(_round_rate(v)) if not integer else float(int(v)) for v in out]
+        if not v > 0:
+            raise ConfigError(f"{what} {text!r}: {v:g} must be > 0")
+        if integer and not v.is_integer():
+            raise ConfigError(f"{what} {text!r}: {v:g} is not a whole number")
+    values = [float(int(v)) if integer else float(_round_rate(v)) for v in out]
+    seen: set[float] = set()
+    for v in values:  # after rounding: 1.001 and 1.002 would be the same point
+        if v in seen:
+            raise ConfigError(f"{what} {text!r}: {v:g} is repeated")
+        seen.add(v)
+    return values
 
 
-def _number(s: str, what: str) -> float:
+def _number(s: str, what: str, text: str) -> float:
+    """One value of ``text`` (a list, or a range's bound): a finite number, else a one-line ConfigError."""
     try:
-        return float(s)
+        value = float(s)
     except ValueError:
-        raise ConfigError(f"{what}: {s!r} is not a number") from None
+        raise ConfigError(f"{what} {text!r}: {s!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{what} {text!r}: {s!r} is not a finite number")
+    return value
 
 
 def _parse_range(part: str, what: str) -> list[float]:
     bits = part.split(":")
     if len(bits) != 3 or bits[2][:1] not in ("x", "+"):
         raise ConfigError(f"{what} {part!r}: a range is START:STOP:xFACTOR or START:STOP:+STEP")
-    start, stop, step = _number(bits[0], what), _number(bits[1], what), _number(bits[2][1:], what)
+    start, stop, step = (_number(b, what, part) for b in (bits[0], bits[1], bits[2][1:]))
     geometric = bits[2][0] == "x"
     if start <= 0 or stop < start or (step <= 1 if geometric else step <= 0):
         raise ConfigError(f"{what} {part!r}: need 0 < START <= STOP and a growing step")
     vals: list[float] = []
     v = start
-    while v <= stop * (1 + 1e-9) and len(vals) < 100:
+    while v <= stop * (1 + 1e-9):
+        if len(vals) == _MAX_RANGE_POINTS:
+            raise ConfigError(f"{what} {part!r}: the range has more than {_MAX_RANGE_POINTS} points")
         vals.append(v)
         v = v * step if geometric else v + step
     return vals

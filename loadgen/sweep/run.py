@@ -7,6 +7,12 @@ with the others into one ``records.parquet``. Between points the search
 (``search.next_step``) sees only the point's Observation, so it is replayable.
 Prompts carry a per-point salt by default, so prefix-cache state cannot carry
 from one point into the next (ENDPOINTS.md, "where tools measure wrong" 9).
+
+Like a run, the sweep's run.json says ``state: running`` while it runs and is
+finalised ``complete`` or ``interrupted`` (with ``interrupted_reason``), and so is
+each point's entry: a point stopped by SIGINT or SIGTERM is kept, marked
+``interrupted``, and no further point is sent. One ``Stopper`` takes the signals of
+the whole sweep (client.interrupts).
 """
 
 from __future__ import annotations
@@ -25,20 +31,25 @@ from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.points import PointJson, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
 from loadgen.analysis.validity import compact_warnings, validity_warnings
-from loadgen.client.endpoint import endpoint_label
+from loadgen.client.endpoint import discover_model, endpoint_label
 from loadgen.client.engine import Engine
+from loadgen.client.interrupts import Stopper, catching_signals
 from loadgen.client.run import (
-    discover_model,
+    command_line,
+    every_request_failed,
+    finish_state,
     host_info,
     new_run_id,
     run_point,
     scraping_server_metrics,
     simulator_health,
+    start_state,
     target,
 )
 from loadgen.client.settings import RunSettings, settings_json
 from loadgen.errors import ConfigError
-from loadgen.records import SCHEMA, compact, read_stream, tool_info, write_json
+from loadgen.records import SCHEMA, compact, make_folder, read_stream, tool_info, write_json
+from loadgen.redaction import Secrets
 from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.search import Step, next_step, search_end
 from loadgen.workload.base import Workload
@@ -82,6 +93,10 @@ class SweepResult:
     run_id: str
     points: list[PointResult]
     interrupted: bool = False
+    stop_reason: str | None = None  # what stopped it first: "SIGINT", "SIGTERM"
+    drain_cut: bool = False  # a second interrupt ended a point's drain
+    cut_inflight: int = 0  # requests in flight at the cut, recorded as cancelled
+    failure: str | None = None  # when every request of every point failed: the most common failure
 
 
 def point_salt(settings: SweepSettings, k: int) -> str:
@@ -116,7 +131,14 @@ def _point_settings(settings: SweepSettings, step: Step, k: int) -> RunSettings:
 
 
 def _meta(
-    settings: SweepSettings, workload: Workload, url: str, is_sim: bool, model: str, run_id: str, sim_flags: list[str]
+    settings: SweepSettings,
+    workload: Workload,
+    url: str,
+    is_sim: bool,
+    model: str,
+    run_id: str,
+    sim_flags: list[str],
+    secrets: Secrets,
 ) -> dict[str, Any]:
     plan = settings.plan
     base = settings_json(
@@ -130,7 +152,7 @@ def _meta(
     return {
         "run_id": run_id,
         "tool": tool_info(),
-        "command": list(sys.argv[1:]),
+        "command": command_line(sys.argv[1:], secrets),
         "endpoint": endpoint_label(url),
         "simulator": {"flags": sim_flags} if is_sim else None,
         "model": model,
@@ -164,44 +186,57 @@ def run_sweep(
     sim_flags: list[str] | None = None,
     on_point: Callable[[PointResult], None] | None = None,
     on_engine: Callable[[Engine], None] | None = None,
+    force: bool = False,
 ) -> SweepResult:
     """Send every point of the plan (or of the search), then compact the records.
 
     ``make_workload(salt)`` builds the workload for one point; run.json is
     rewritten after every point, so an interrupted sweep is still a valid run folder.
+    A folder that holds a run is refused unless ``force``.
     """
-    _check_sweepable(make_workload(point_salt(settings, 0)), out)
+    _check_sweepable(make_workload(point_salt(settings, 0)))
+    make_folder(out, force=force)
     run_id = new_run_id()
     flags = sim_flags or []
-    with target(settings.base.endpoint, flags) as (url, is_sim):
-        model = settings.base.model or asyncio.run(discover_model(url, api_key))
-        meta = _meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags)
+    secrets = Secrets.of(api_key=api_key, url=settings.base.endpoint)
+    stopper = Stopper()
+    with catching_signals(stopper), target(settings.base.endpoint, flags) as (url, is_sim):
+        model = settings.base.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
+        meta = start_state(_meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags, secrets))
         write_json(out / "run.json", meta)
-        to = _Target(url, model, out, run_id, api_key, on_engine)
+        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine)
+        result = SweepResult(out, run_id, [])
+        error: BaseException | None = None
         try:
             with scraping_server_metrics(settings.base, url, out, meta):
-                result = _send_points(settings, make_workload, to, meta, on_point)
+                _send_points(settings, make_workload, to, meta, on_point, result)
             if settings.plan.mode == "auto":
                 meta["sweep"]["search_end"] = search_end(settings.plan.auto, _history(result))
             if is_sim:
                 meta["simulator"].update(asyncio.run(simulator_health(url)))
+        except BaseException as e:
+            error = e
+            raise
         finally:
-            compact(out)
+            if error is None:
+                compact(out)  # after an error the record streams stay as they are (still readable)
             meta["finished_wall_ns"] = time.time_ns()
-            write_json(out / "run.json", meta)
+            write_json(out / "run.json", finish_state(meta, stopper, error))
+    result.interrupted = stopper.stopped
+    result.stop_reason = stopper.reason
+    result.drain_cut, result.cut_inflight = stopper.cut, stopper.cut_inflight
+    if not stopper.stopped and result.points:
+        result.failure = every_request_failed(out, secrets)
     return result
 
 
-def _check_sweepable(probe: Workload, out: Path) -> None:
-    """Refuse, before anything is sent, a trace workload (it fixes its own times) or a used folder."""
+def _check_sweepable(probe: Workload) -> None:
+    """Refuse, before anything is sent, a trace workload (it fixes its own times)."""
     if probe.offsets_ns() is not None:
         raise ConfigError(
             "a trace workload fixes its own arrival times, so it cannot be swept; "
             "use loadgen run (with the trace's time scaling) instead"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.glob("records*.arrows")) or (out / "records.parquet").exists():
-        raise ConfigError(f"--out {out}: already holds records; choose an empty folder")
 
 
 @dataclass(frozen=True)
@@ -213,6 +248,8 @@ class _Target:
     out: Path
     run_id: str
     api_key: str | None
+    secrets: Secrets
+    stopper: Stopper
     on_engine: Callable[[Engine], None] | None
 
 
@@ -227,21 +264,26 @@ def _send_points(
     to: _Target,
     meta: dict[str, Any],
     on_point: Callable[[PointResult], None] | None,
-) -> SweepResult:
-    """Send the next step until the plan or the search has none (or the user interrupts)."""
-    result = SweepResult(to.out, to.run_id, [])
-    while (step := _steps(settings, _history(result))) is not None:
+    result: SweepResult,
+) -> None:
+    """Send the next step until the plan or the search has none (or the sweep is stopped);
+    each point's entry is in run.json while it runs (``running``) and after (its state)."""
+    while not to.stopper.stopped and (step := _steps(settings, _history(result))) is not None:
         k = len(result.points)
-        point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), to)
+        entry = start_state(_point_json(settings, step, k, None))
+        meta["points"].append(entry)
+        write_json(to.out / "run.json", meta)
+        try:
+            point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), to)
+        except BaseException as e:
+            finish_state(entry, to.stopper, e)
+            raise
         result.points.append(point)
-        meta["points"].append(_point_json(settings, step, k, point))
+        entry.update(_point_json(settings, step, k, point))
+        finish_state(entry, to.stopper)
         write_json(to.out / "run.json", meta)
         if on_point:
             on_point(point)
-        if point.client.get("interrupted"):
-            result.interrupted = True
-            break
-    return result
 
 
 def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, to: _Target) -> PointResult:
@@ -249,7 +291,17 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
     ps = _point_settings(settings, step, k)
     stem = f"records-p{k:03d}"
     client = run_point(
-        ps, workload, to.url, to.model, to.out, to.run_id, api_key=to.api_key, on_engine=to.on_engine, stem=stem
+        ps,
+        workload,
+        to.url,
+        to.model,
+        to.out,
+        to.run_id,
+        api_key=to.api_key,
+        secrets=to.secrets,
+        stopper=to.stopper,
+        on_engine=to.on_engine,
+        stem=stem,
     )
     streams = sorted(to.out.glob(f"{stem}*.arrows"))  # one per worker process
     table = pa.concat_tables([read_stream(p) for p in streams]) if streams else SCHEMA.empty_table()
@@ -264,13 +316,16 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
     return PointResult(k, step, summary, obs, client, warns)
 
 
-def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult) -> PointJson:
-    return {
+def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult | None) -> dict[str, Any]:
+    """A point's run.json entry (``PointJson``); its client block once it has run."""
+    entry: PointJson = {
         "index": k,
         **step.to_json(),
         "warmup_s": settings.plan.warmup_s,
         "cooldown_s": 0.0,
         "lag_limit_ms": settings.base.lag_limit_ms,
         "salt": point_salt(settings, k),
-        "client": point.client,
     }
+    if point is not None:
+        entry["client"] = point.client
+    return dict(entry)

@@ -13,6 +13,11 @@ A sweep is a list of load points (rates or concurrencies) or an automatic search
    ``tolerance``. Bisection points run long enough that a clean pass can be
    *confirmed* (Clopper-Pearson lower bound of attainment >= target).
 
+Only points whose validity allows a verdict count (``Observation.judgeable``, and for
+capacity ``_trusted``): a suspect point is kept in the history (and the report shows it,
+marked) but never called saturated, never sets the capacity found, and never brackets
+the bisection.
+
 Nothing here sends or reads a clock: ``next_step`` maps the history of
 (step, observation) pairs to the next step, so the search is tested with
 made-up observations and a sweep is replayable from its run.json.
@@ -129,9 +134,15 @@ def served_rps(obs: Observation) -> float:
     return obs.completed_rps
 
 
+def _trusted(obs: Observation) -> bool:
+    """A point a capacity figure may rest on: not suspect (``few_samples`` aside: the
+    attainment bounds judge sample size themselves)."""
+    return not obs.validity.withholding.suspect
+
+
 def capacity_estimate(history: list[tuple[Step, Observation]]) -> float:
-    """Highest served request rate seen: what the endpoint sustains at saturation."""
-    return max((r for _, obs in history if (r := served_rps(obs)) == r), default=0.0)
+    """Highest served request rate seen at a judgeable point: what the endpoint sustains at saturation."""
+    return max((r for _, obs in history if obs.judgeable and (r := served_rps(obs)) == r), default=0.0)
 
 
 # --------------------------------------------------------------------------- the search
@@ -175,8 +186,8 @@ def next_step(
     elif not ramp:
         return Step(_open(cfg.start_rate, kind, cv), "ramp", "light load", point_duration_s)
     rates = [o.rate for _, o in history]
-    if sat is not None:
-        cap = capacity_estimate(history)
+    cap = capacity_estimate(history)
+    if sat is not None and cap > 0:
         for f in sorted(cfg.spread):
             r = _round_rate(f * cap)
             if r > 0 and not _near(r, rates):
@@ -202,9 +213,15 @@ def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]]) -> str:
             f"stopped at {last.rate:g} req/s: the client fell behind its schedule "
             f"(lag p99 {last.lag_p99_ms:.1f} ms); the endpoint was not saturated by then"
         )
+    unjudged = [o for o in ramp if not o.judgeable]
+    note = ""
+    if unjudged:
+        rates = ", ".join(f"{o.rate:g}" for o in unjudged)
+        s = "s" if len(unjudged) > 1 else ""
+        note = f" ({len(unjudged)} ramp point{s} at {rates} req/s could not be judged: suspect or too few requests)"
     if len(ramp) >= cfg.max_ramp:
-        return f"stopped after {len(ramp)} ramp points without saturating (raise max_ramp)"
-    return f"reached --max-rate {cfg.max_rate:g} req/s without saturating the endpoint"
+        return f"stopped after {len(ramp)} ramp points without saturating (raise max_ramp){note}"
+    return f"reached --max-rate {cfg.max_rate:g} req/s without saturating the endpoint{note}"
 
 
 def _bisect_step(
@@ -213,7 +230,7 @@ def _bisect_step(
     if sum(1 for s, _ in history if s.phase == "bisect") >= cfg.max_bisect:
         return None
     target = cfg.target_pct / 100.0
-    pts = sorted((o.rate, o.attainment) for _, o in history if o.attainment is not None)
+    pts = sorted((o.rate, o.attainment) for _, o in history if o.attainment is not None and _trusted(o))
     if not pts:
         return None
     misses = [r for r, a in pts if a is not None and a < target]

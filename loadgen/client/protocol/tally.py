@@ -5,18 +5,28 @@ returned, and this module decides which chunks carry output (the TTFT/ITL contra
 in DESIGN.md) and how many tokens each carried. Keeping it apart from the socket
 means every vendor quirk is pinned by a test on a byte literal.
 
-Which chunks carry output: a chat chunk whose ``choices[i].delta`` has non-empty
-``content``, ``reasoning_content`` or ``reasoning``, or a tool-call delta with a name
-or an arguments fragment; a completions chunk whose ``choices[i].text`` is non-empty.
-Role-only deltas (``content: ""`` or ``null``), empty deltas and finish chunks carry
-none, so they never start TTFT. With several choices (n > 1) each output-carrying
-choice counts.
+Which chunks carry output: a chat chunk whose ``choices[0].delta`` has non-empty
+``content``, ``reasoning_content`` or ``reasoning``, or a tool-call delta with an
+arguments fragment; a completions chunk whose ``choices[0].text`` is non-empty.
+Role-only deltas (``content: ""`` or ``null``), a tool call's header (id, type and
+name, empty arguments), empty deltas and finish chunks carry none, so they never
+start TTFT. Reasoning text is output (it is generated, and timed for ITL), but only
+``content`` or ``text`` is visible content: ``t_first_content`` is the first chunk
+with that. loadgen asks for one choice (n = 1): a choice with another index is not
+counted, and said once in ``problems``.
+
+What the endpoint sent is untrusted: every token count is range-checked
+(``loadgen.untrusted.token_count``) before it is kept, the finish reason is
+``clean_text``'d, and an event that is not strict JSON (``NaN``, invalid UTF-8) is
+read leniently (chunk_errors.py). Each bounded or odd value is one line of ``problems``,
+once per kind per stream; the request goes on.
 
 How many tokens: when a server sends running usage on every chunk (vLLM
 ``continuous_usage_stats``), the rise in ``completion_tokens`` is the exact count of
 each chunk, which matters because one chunk can carry several tokens (speculative
 decoding, stream intervals, detokenizer hold-back). Otherwise each output chunk is
 one token until ``reconcile`` spreads the final ``usage`` over them (token_counts.py).
+Running usage that goes down is a problem: the highest count is kept.
 
 Speed: content chunks are counted off a learned byte template where one proves to
 fit (template.py); anything else takes the full path, a JSON decode per chunk. A
@@ -24,7 +34,11 @@ read goes one of two ways: one of nothing but whole template events is counted f
 its bytes (``feed``); any other is framed by the SSE parser, and of its payloads
 those that fit the template are counted from their bytes (``_by_template``) and the
 rest decoded (``_take``). The hot functions are flat on purpose, with a comment
-wherever a call was measured to cost more than it reads better.
+wherever a call was measured to cost more than it reads better. The template path
+applies the same bounds as decoding by construction: a template is only learned from
+a single-choice content chunk without usage or finish reason that was decoded (and so
+set ``t_first_content``), and it only fits chunks that differ from that one in plain
+text; anything else is decoded.
 """
 
 from __future__ import annotations
@@ -33,7 +47,8 @@ from typing import Any
 
 import orjson
 
-from loadgen.client.protocol.chunk_errors import check_error, is_done, shape_error
+from loadgen.client.protocol.choices import NONE, VISIBLE, carried, finish_reason
+from loadgen.client.protocol.chunk_errors import check_error, loads_leniently, not_json, shape_error
 from loadgen.client.protocol.sse import BadStream, SSEParser
 from loadgen.client.protocol.template import (
     BULK,
@@ -47,6 +62,8 @@ from loadgen.client.protocol.template import (
     run_bodies,
 )
 from loadgen.client.protocol.token_counts import Reconciled, reconcile
+from loadgen.client.protocol.usage import Problems, Usage
+from loadgen.untrusted import MAX_TEXT_CHARS, clean_text
 
 __all__ = ["StreamTally"]
 
@@ -54,6 +71,8 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _APIS = ("chat", "completions")
 _LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
+_SKIP = object()  # an empty event: it carries nothing
+_DONE = object()  # [DONE], with spaces around it
 
 
 class StreamTally:
@@ -63,6 +82,11 @@ class StreamTally:
     for the token counts to record. Raises ``BadStream`` (or ``StreamError`` for an
     in-stream error object) as soon as the stream stops making sense; what was
     tallied until then stays readable for the failure record.
+
+    ``problems`` lists, one line each (``clean_text``'d), every value the endpoint
+    sent that was impossible and so bounded or dropped, and every oddity read past
+    (extra choices, non-standard JSON, invalid UTF-8): each kind once per stream, so
+    the list stays short however long the stream. The counts here are already bounded.
     """
 
     __slots__ = (
@@ -72,23 +96,23 @@ class StreamTally:
         "chunk_ns",
         "chunk_tokens",
         "finish_reason",
-        "prompt_tokens",
-        "completion_tokens",
-        "cached_tokens",
+        "t_first_content",
+        "problems",
         "events",
         "t_read",
         "_parser",
         "_sse",
         "_chat",
         "_parts",
-        "_last_ct",
-        "_carry",
-        "_per_chunk",
+        "_usage",
+        "_problems",
         "_tpl",
         "_framed",
         "_one",
         "_many",
         "_learns",
+        "_fr_raw",
+        "_lenient",
     )
 
     def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
@@ -100,18 +124,16 @@ class StreamTally:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.finish_reason: str | None = None
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
-        self.cached_tokens: int | None = None
+        self.t_first_content: int | None = None  # the first chunk with visible content (not reasoning)
+        self._problems = Problems()
+        self.problems: list[str] = self._problems.lines
+        self._usage = Usage(self._problems)
         self.events = 0
         self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
         self._parser = SSEParser(max_event_bytes)
         self._sse = self._parser.feed
         self._chat = api == "chat"
         self._parts: list[str] = []
-        self._last_ct: int | None = None  # completion_tokens of the last usage seen
-        self._carry = 0  # usage rise seen on chunks without output, owed to the next one
-        self._per_chunk = False  # an output chunk got its count from running usage
         # The learned content-chunk template (template.py), None until learned and
         # again after [DONE]; its read view apart, as feed looks at it for every read.
         self._tpl: Template | None = None
@@ -119,11 +141,36 @@ class StreamTally:
         self._one = 0  # with a template, a read shorter than this holds one event at most, within the cap
         self._many = max_event_bytes + 2  # a read no longer than this holds no event over the size cap
         self._learns = _LEARNS
+        self._fr_raw: object = None  # the finish_reason last sent, as sent
+        self._lenient = False  # an event was decoded leniently: kept text may hold lone surrogates
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """``usage.prompt_tokens``, the last in range (usage.py)."""
+        return self._usage.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """``usage.completion_tokens``, the highest in range (usage.py)."""
+        return self._usage.completion_tokens
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """``usage.prompt_tokens_details.cached_tokens``, the last in range."""
+        return self._usage.cached_tokens
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """``usage.completion_tokens_details.reasoning_tokens``, the last in range."""
+        return self._usage.reasoning_tokens
 
     @property
     def text(self) -> str:
         """The output text so far (reasoning, content, tool arguments); '' unless keep_text."""
-        return "".join(self._parts)
+        text = "".join(self._parts)
+        if self._lenient:  # a lone surrogate ("\\ud800", read leniently) cannot be stored or written
+            text = text.encode("utf-8", "replace").decode()
+        return text
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read; every event it completes is stamped ``t_ns``."""
@@ -199,6 +246,7 @@ class StreamTally:
         if self.done:
             return  # anything after [DONE] is not part of the answer
         chat, keep = self._chat, self.keep_text
+        first = self.t_first_content  # a local: read per output chunk
         i, n = 0, len(payloads)
         bulk = n >= BULK  # one try per read at counting a run in one go
         while i < n:
@@ -215,44 +263,57 @@ class StreamTally:
                 return
             try:
                 obj = _loads(payload)
-            except _JSONDecodeError:
-                if is_done(payload):
-                    self._end()
+            except _JSONDecodeError as e:
+                obj = self._leniently(payload, str(e))
+                if obj is _SKIP:
+                    continue
+                if obj is _DONE:
                     return
-                continue  # an empty event
             # Shape checks cost nothing here: a non-dict where a dict belongs fails on
             # .get or iteration, and the handler turns that into BadStream.
             try:
                 choices = obj.get("choices")
                 if not choices or "error" in obj:
                     check_error(obj)
-                k = 0  # output-carrying choices
+                out = NONE  # what the chunk carries: the most of its choices (choices.py)
+                extra = None  # a choice of another index than 0
                 for ch in choices or ():
+                    if ch.get("index"):  # (absent or null: the one choice asked for)
+                        extra = ch
+                        continue
                     if chat:
                         delta = ch.get("delta")
                         if delta:
-                            k += 1 if not keep and delta.get("content") else self._delta(delta)
+                            if not keep and delta.get("content"):
+                                out = VISIBLE
+                            else:
+                                out = max(out, carried(delta, self._parts if keep else None))
                     else:
                         text = ch.get("text")
                         if text:
-                            k += 1
+                            out = VISIBLE
                             if keep and type(text) is str:
                                 self._parts.append(text)
                     fr = ch.get("finish_reason")
-                    if fr is not None:
-                        self.finish_reason = fr if type(fr) is str else str(fr)
+                    if fr is not None and fr != self._fr_raw:
+                        self._finish_reason(fr)
                 usage = obj.get("usage")
             except (AttributeError, TypeError):
                 raise BadStream(shape_error(obj, payload)) from None
-            if k:
+            if extra is not None and "choices" not in self._problems:
+                self._problems.flag("choices", f"extra choices (index {clean_text(extra.get('index'), 40)}) ignored")
+            if out:
                 self.chunk_ns.append(t_ns)
+                if out == VISIBLE and first is None:
+                    self.t_first_content = first = t_ns
+                k = 1
                 if usage:
-                    k = self._usage(usage, k, True)
-                elif k == 1 and self._learns and len(choices) == 1:
+                    k = self._usage.take(usage, len(self.chunk_ns))
+                elif self._learns and len(choices) == 1:
                     self._learn(payload, obj)
                 self.chunk_tokens.append(k)
             elif usage:
-                self._usage(usage, 0, False)
+                self._usage.take(usage, 0)
 
     def _by_template(self, payloads: list[bytes], i: int, fit: Fit, bulk: bool, t_ns: int) -> int:
         """Count the events from ``payloads[i]`` that fit the template: a run of them in
@@ -296,78 +357,35 @@ class StreamTally:
                 # (its lines, without the blank line) goes to the parser, which raises.
                 self._one = min(2 * template.framed.least, self._many + 1)
 
-    def _delta(self, delta: dict[str, Any]) -> int:
-        """1 if a chat delta carries output, else 0; keeps its text when asked."""
-        content = delta.get("content")
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        tools = delta.get("tool_calls")
-        args = _tool_text(tools) if tools else None
-        if not (content or reasoning or args is not None):
-            return 0
-        if self.keep_text:
-            for piece in (reasoning, content, args):
-                if piece and type(piece) is str:
-                    self._parts.append(piece)
-        return 1
+    def _leniently(self, payload: bytes, refused: str) -> Any:
+        """An event orjson refused: ``[DONE]`` (``_DONE``) or nothing (``_SKIP``), else its object,
+        decoded leniently (chunk_errors.py) with its oddities noted; ``BadStream`` if it is
+        not JSON even so."""
+        stripped = payload.strip()
+        if stripped == b"[DONE]":
+            self._end()
+            return _DONE
+        if not stripped:
+            return _SKIP  # an empty data: event carries nothing and is not worth failing over
+        got = loads_leniently(payload, refused)
+        if got is None:
+            raise not_json(payload)
+        self._lenient = True
+        for kind, message in got.problems:
+            self._problems.flag(kind, message)
+        return got.obj
 
-    def _usage(self, usage: Any, k: int, output: bool) -> int:
-        """Record usage; return the token count of this chunk (``k`` unless running usage).
-
-        Running usage gives a chunk its exact count when there is a baseline: an
-        earlier usage, or none needed because this is the first output chunk. A
-        usage first seen on a later output chunk is a final total riding on the last
-        chunk (some servers do that), not a running count.
-        """
-        if type(usage) is not dict:
-            return k
-        pt = usage.get("prompt_tokens")
-        if type(pt) is int:
-            self.prompt_tokens = pt
-        details = usage.get("prompt_tokens_details")
-        if details and type(details) is dict:
-            cached = details.get("cached_tokens")
-            if type(cached) is int:
-                self.cached_tokens = cached
-        ct = usage.get("completion_tokens")
-        if type(ct) is not int:
-            return k
-        self.completion_tokens = ct
-        last = self._last_ct
-        self._last_ct = ct
-        if last is None:
-            if not output or len(self.chunk_ns) > 1:
-                return k
-            last = 0
-        rise = ct - last + self._carry
-        if not output:
-            self._carry = max(rise, 0)
-            return k
-        self._carry = 0
-        self._per_chunk = True
-        # An output chunk carries at least one token, whatever the counter says.
-        return rise if rise > 1 else 1
+    def _finish_reason(self, fr: object) -> None:
+        """Keep a finish reason, cleaned (choices.py); a long one is not held on to."""
+        self._fr_raw = fr if type(fr) is not str or len(fr) <= MAX_TEXT_CHARS else None
+        self.finish_reason = finish_reason(fr, self._problems)
 
     def reconcile(self) -> Reconciled:
         """Final per-chunk token counts, their total, and where the count came from
-        (``token_counts.reconcile``)."""
-        return reconcile(self.chunk_tokens, self._per_chunk, self._carry, self.completion_tokens)
-
-
-def _tool_text(tools: Any) -> str | None:
-    """Argument text of the tool-call deltas in a chunk, or None if none is output.
-
-    A delta with a name or an arguments fragment is output, even when the fragment is
-    empty (the first delta of a call names it); an id-only header is not.
-    """
-    if type(tools) is not list:
-        return None
-    text: str | None = None
-    for call in tools:
-        fn = call.get("function") if type(call) is dict else None
-        if type(fn) is not dict:
-            continue
-        name = fn.get("name")
-        args = fn.get("arguments")
-        if name or args:
-            text = (text or "") + (args if args and type(args) is str else "")
-    return text
+        (``token_counts.reconcile``), each within ``[0, MAX_TOKEN_COUNT]``; call it
+        before reading ``problems``, as it may add one."""
+        u = self._usage
+        counted = reconcile(self.chunk_tokens, u.per_chunk, u.carry, u.completion_tokens)
+        if u.per_chunk and counted.source == "chunks":
+            self._problems.flag("usage.sum", "running usage adds up to an impossible count: one token per chunk kept")
+        return counted

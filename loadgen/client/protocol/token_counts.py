@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from loadgen.untrusted import MAX_TOKEN_COUNT
+
 __all__ = ["Reconciled", "reconcile", "spread"]
 
 
@@ -27,8 +29,8 @@ def reconcile(chunk_tokens: list[int], per_chunk: bool, carry: int, completion_t
     ``per_chunk``, whether running usage gave them; ``carry``, a usage rise seen
     after the last output chunk; ``completion_tokens``, the last usage reported.
 
-    Without running usage a chunk's observed count is 1 per output-carrying choice
-    (so 1, unless n > 1). Then:
+    Without running usage a chunk's observed count is 1 (only the first choice
+    counts). Then:
 
     - ``usage_per_chunk``: running usage gave counts on output chunks; they are
       kept as observed (a rise seen after the last output chunk, e.g. on the
@@ -41,13 +43,26 @@ def reconcile(chunk_tokens: list[int], per_chunk: bool, carry: int, completion_t
       the mismatch stays visible): the observed counts.
     - no output chunks: ``([], 0, "usage")`` if usage was reported, else
       ``([], 0, "none")``.
+
+    Bounds: the tally's counts are each at least 1 (exactly 1 without running
+    usage), its ``carry`` at least 0 and its ``completion_tokens`` within
+    ``[0, MAX_TOKEN_COUNT]`` (usage.py). Running usage gives counts that add up to
+    at most the highest usage plus one per chunk whose rise was under one; should
+    that pass ``MAX_TOKEN_COUNT`` (a counter leaping to near the bound), the counts
+    are not believed and one per chunk is kept, as ``chunks``. So every count and
+    the total lie in ``[0, MAX_TOKEN_COUNT]`` for any stream of fewer than
+    ``MAX_TOKEN_COUNT`` output chunks (more would be over a GB of events, held in
+    lists of their times: the engine's timeouts end it first).
     """
     counts = list(chunk_tokens)
     if not counts:
         return Reconciled([], 0, "none" if completion_tokens is None else "usage")
     if per_chunk:
         counts[-1] += carry
-        return Reconciled(counts, sum(counts), "usage_per_chunk")
+        total = sum(counts)
+        if total <= MAX_TOKEN_COUNT:
+            return Reconciled(counts, total, "usage_per_chunk")
+        return Reconciled([1] * len(counts), len(counts), "chunks")
     seen = sum(counts)
     ct = completion_tokens
     if ct is not None and ct >= seen:

@@ -1,0 +1,333 @@
+"""Sessions as the engine runs them: each turn sent in order, and a record for every turn.
+
+Each session runs in a task of its own (a ``_Run``), its turns one after another: turn k+1
+is due ``think_ns`` after turn k's answer ended. A session cannot go on without its answer,
+so after a turn that failed its later turns are ``not_sent``; so are the turns a stop or the
+end of the drain leaves unsent. A stop cuts every session that has nothing on the wire (it
+waits for its instant, a think time, or a ``--max-inflight`` slot); the end of the drain cuts
+every one (what is on the wire is then ``cancelled``). Whatever way a session's task ends
+(even cancelled before it ran, or by a bug), every turn of it gets exactly one record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, NamedTuple, Protocol
+
+from loadgen.client.config import EngineConfig, LiveCounters, Timeouts
+from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, not_sent
+from loadgen.client.protocol.tally import StreamTally
+from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
+from loadgen.clock import Clock, sleep_until
+from loadgen.records import Record, RecordWriter
+from loadgen.workload.session import Conversation, Session, Turn, build_body
+
+__all__ = ["Ahead", "Host", "SessionRuns"]
+
+
+class Host(Protocol):
+    """What the sessions use of their engine (``loadgen.client.engine.Engine``)."""
+
+    cfg: EngineConfig
+    writer: RecordWriter
+    clock: Clock
+    transport: Transport
+    live: LiveCounters
+    say: Say
+
+    @property
+    def stopped(self) -> bool:
+        """The run was stopped: nothing more is sent."""
+        ...
+
+    @property
+    def stop_cause(self) -> str:
+        """Why, as a record's error says it."""
+        ...
+
+
+class Ahead(NamedTuple):
+    """A session built ahead of its send time."""
+
+    at: int  # its intended instant
+    session: Session
+
+
+class _Inflight:
+    """A request being sent or answered: what the timeouts watch."""
+
+    __slots__ = ("task", "tally", "deadline_first", "deadline_total", "why")
+
+    def __init__(self, task: asyncio.Task[Any] | None, tally: StreamTally, now: int, t: Timeouts) -> None:
+        self.task = task
+        self.tally = tally  # its ``t_read``: when the body's last read came (0: none yet)
+        self.deadline_first = now + int(t.first_byte * 1e9)
+        self.deadline_total = now + int(t.total * 1e9)
+        self.why: str | None = None  # why the engine cut it off (a timeout), if it did
+
+
+class _Run:
+    """One session in its task: what a stop or the end of the drain may cut."""
+
+    __slots__ = ("task", "session", "t_start", "started", "ex", "children", "cut")
+
+    def __init__(self, session: Session, t_start: int) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.session = session
+        self.t_start = t_start
+        self.started = False  # its coroutine ran (a task cancelled before that never runs it)
+        self.ex: Exchange | None = None  # its request being prepared, waiting for a slot, or on the wire
+        self.children = False  # it waits for its subagent sessions (each a run of its own)
+        self.cut: str | None = None  # why the engine cut it off
+
+    @property
+    def on_wire(self) -> bool:
+        return self.ex is not None and self.ex.t_sent is not None
+
+    def cut_off(self, cause: str) -> None:
+        if self.cut is None:
+            self.cut = cause
+        if self.task is not None:
+            self.task.cancel()
+
+
+class SessionRuns:
+    """The sessions of one engine run, their requests, and what is still owed a record."""
+
+    def __init__(self, engine: Host, headers: dict[str, str]) -> None:
+        self.engine = engine
+        self.headers = headers
+        self.lead_ns = 0  # how early a request is prepared (the engine sets it for the transport)
+        self.last_instant = 0  # the latest instant of a turn handed to the wire: the drain counts from it
+        self.idle = asyncio.Event()  # no top-level task running
+        self.idle.set()
+        self._top: set[asyncio.Future[Any]] = set()
+        self._runs: dict[asyncio.Task[Any], _Run] = {}
+        self._inflight: dict[int, _Inflight] = {}
+        self._slots = asyncio.Semaphore(1)
+        self._seq = 0
+
+    def open(self, max_inflight: int) -> None:
+        self._slots = asyncio.Semaphore(max_inflight)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._top)
+
+    # -- tasks ----------------------------------------------------------------------
+    def track(self, task: asyncio.Task[Any] | asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Count ``task`` among those the drain waits for."""
+        self._top.add(task)
+        self.idle.clear()
+        task.add_done_callback(self._untrack)
+        return task
+
+    def _untrack(self, task: asyncio.Future[Any]) -> None:
+        self._top.discard(task)
+        if not self._top:
+            self.idle.set()
+
+    def spawn(self, session: Session, t_start: int, top: bool = False) -> asyncio.Task[None]:
+        """Run ``session`` (its first turn due at ``t_start``) in a task of its own."""
+        run = _Run(session, t_start)
+        task = run.task = asyncio.get_running_loop().create_task(self._session(run))
+        self._runs[task] = run
+        task.add_done_callback(self._ended)
+        if top:
+            self.track(task)
+        return task
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        run = self._runs.pop(task, None)
+        if run is not None and not run.started:  # cancelled before it ran: every turn is still owed
+            self.record_unsent(run.session, 0, run.t_start, f"not sent: {run.cut or 'cancelled before it started'}")
+        if not task.cancelled() and task.exception() is not None:  # a bug: counted and shown
+            e, live = task.exception(), self.engine.live
+            live.internal_errors += 1
+            live.last_error = self.engine.say(f"session: {type(e).__name__}: {e}")
+
+    def cut_unsent(self, cause: str) -> None:
+        """A stop: every session with nothing on the wire ends now, its turns ``not_sent``."""
+        for run in list(self._runs.values()):
+            if not run.children and not run.on_wire:
+                run.cut_off(cause)
+
+    async def cut_all(self, cause: str) -> None:
+        """The end of the drain: every session ends now (on the wire: ``cancelled``)."""
+        for run in list(self._runs.values()):
+            run.cut_off(cause)
+        for task in list(self._top):
+            task.cancel()
+        tasks = [*self._runs, *self._top]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+
+    # -- one session ----------------------------------------------------------------
+    async def _session(self, run: _Run) -> None:
+        run.started = True
+        engine, session = self.engine, run.session
+        turns = session.turns
+        t_sched, done, children_of, cause = run.t_start, 0, -1, "?"
+        try:
+            conv = Conversation(session.system)
+            for k, turn in enumerate(turns):
+                if turn.children and not engine.stopped:
+                    children_of, run.children = k, True
+                    kids = [self.spawn(c, engine.clock()) for c in turn.children]
+                    await asyncio.gather(*kids, return_exceptions=True)
+                    run.children = False
+                    t_sched = max(t_sched, engine.clock())
+                if k > 0 and not engine.stopped:  # a later turn, after its think time: started early and held
+                    await sleep_until(t_sched - self.lead_ns, engine.clock, spin_ns=0)
+                if engine.stopped:
+                    cause = engine.stop_cause
+                    break
+                conv.add_turn(turn)
+                keep = engine.cfg.keep_text or k + 1 < len(turns)
+                try:
+                    rec, text = await self._request(run, turn, k, conv, t_sched, keep)
+                finally:
+                    done = k + 1  # recorded, however it ended
+                if rec.status != "ok":
+                    cause = f"turn {k} of its session ended {rec.status}"
+                    break
+                conv.add_answer(text)
+                if k + 1 < len(turns):
+                    t_sched = (rec.t_done or engine.clock()) + turns[k + 1].think_ns
+        except asyncio.CancelledError:
+            cause = run.cut or "the engine was cancelled"
+            raise
+        except Exception as e:  # a bug: the turns are still owed their records
+            cause = f"internal error ({type(e).__name__}: {e})"
+            raise
+        finally:
+            if done < len(turns):  # the earliest instant each could have had
+                at = max(t_sched, engine.clock())
+                self.record_unsent(session, done, at, f"not sent: {cause}", children_ran=children_of == done)
+
+    def record_unsent(self, session: Session, first: int, t_sched: int, why: str, children_ran: bool = False) -> None:
+        """A ``not_sent`` record for each turn of ``session`` from ``first`` on, and for each
+        turn of their subagent sessions (except those of turn ``first`` when they ran)."""
+        for k in range(first, len(session.turns)):
+            turn = session.turns[k]
+            if turn.children and not (children_ran and k == first):
+                for child in turn.children:
+                    self.record_unsent(child, 0, t_sched, why)
+            self._unsent(new_record(self.engine.cfg, self._next_seq(), session.session, k, turn, t_sched), why)
+
+    # -- one request ----------------------------------------------------------------
+    def _next_seq(self) -> int:
+        cfg = self.engine.cfg
+        seq = cfg.shard + cfg.shards * self._seq
+        self._seq += 1
+        return seq
+
+    async def _request(
+        self, run: _Run, turn: Turn, turn_no: int, conv: Conversation, t_sched: int, keep_text: bool
+    ) -> tuple[Record, str]:
+        engine = self.engine
+        cfg, live, session = engine.cfg, engine.live, run.session
+        seq = self._next_seq()
+        rec = new_record(cfg, seq, session.session, turn_no, turn, t_sched)
+        extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
+        body = build_body(cfg.api, cfg.model, conv, turn.max_tokens, ignore_eos=cfg.ignore_eos, extra=extra)
+        tally = StreamTally(cfg.api, keep_text=keep_text)
+        ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
+        headers = {**self.headers, **ids}
+        ex = run.ex = Exchange(seq, body, headers, t_sched)
+        me: _Inflight | None = None
+        try:
+            if self._slots.locked():
+                live.capped += 1
+            async with self._slots:
+                if engine.stopped:  # a slot freed after the stop: nothing more goes out
+                    return self._unsent(rec, f"not sent: {engine.stop_cause}"), ""
+                # its timeouts run from its instant (a request prepared early is not waiting yet)
+                me = _Inflight(asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts)
+                self._inflight[seq] = me
+                live.inflight += 1
+                self.last_instant = max(self.last_instant, t_sched)
+                try:
+                    await self._exchange(rec, tally, ex)
+                finally:
+                    del self._inflight[seq]
+                    live.inflight -= 1
+        except asyncio.CancelledError:
+            if me is not None and me.why:  # cut off by a timeout: recorded as that, the session ends
+                rec.status, rec.error = "timeout", me.why
+                uncancel = getattr(asyncio.current_task(), "uncancel", None)  # 3.11 on: the cancel was ours
+                if uncancel is not None:
+                    uncancel()
+            else:
+                cause = run.cut or "the engine was cancelled"
+                if ex.t_sent is None:
+                    self._unsent(rec, f"not sent: {cause}")
+                else:
+                    rec.status, rec.error = "cancelled", f"cancelled before the answer ended: {cause}"
+                    self._finish(rec, tally)
+                raise
+        finally:
+            run.ex = None
+        self._finish(rec, tally)
+        return rec, tally.text
+
+    async def _exchange(self, rec: Record, tally: StreamTally, ex: Exchange) -> None:
+        engine = self.engine
+        engine.live.sent += 1
+        try:
+            # the hot path is inside: each read stamped on arrival and fed to the tally
+            await engine.transport.exchange(ex, tally.feed)
+            judge(rec, ex, tally, engine.clock(), engine.say)
+        except Exception as e:  # any: a failure is data, and a bug must not lose the record
+            judge_error(rec, e, engine.say)
+        finally:  # what the wire saw, however it ended
+            rec.t_sent, rec.t_headers, rec.http_status = ex.t_sent, ex.t_headers, ex.status
+
+    def _finish(self, rec: Record, tally: StreamTally) -> None:
+        engine = self.engine
+        try:
+            fill(rec, tally, engine.clock(), engine.cfg.keep_text, engine.say)
+        except Exception as e:  # a bug in the tally: the record is still written
+            rec.status = "client_error"
+            rec.error = engine.say(f"internal error recording the answer ({type(e).__name__}: {e})")
+            rec.t_done = rec.t_done or engine.clock()
+        self._write(rec)
+        live = engine.live
+        if rec.status != "ok":
+            live.errors += 1
+        elif rec.t_first is not None:
+            live.recent_ttft_ms.append((rec.t_first - rec.t_sched) / 1e6)
+            if rec.output_tokens > 1 and rec.t_last is not None:
+                live.recent_itl_ms.append((rec.t_last - rec.t_first) / 1e6 / (rec.output_tokens - 1))
+        if rec.t_sent is not None:
+            live.recent_lag_ms.append((rec.t_sent - rec.t_sched) / 1e6)
+
+    def _unsent(self, rec: Record, why: str) -> Record:
+        self._write(not_sent(rec, self.engine.say(why)))
+        self.engine.live.not_sent += 1
+        return rec
+
+    def _write(self, rec: Record) -> None:
+        live = self.engine.live
+        live.done += 1
+        try:
+            self.engine.writer.add(rec)
+        except Exception as e:  # the writer must never take the run down; counted, shown
+            live.writer_errors += 1
+            live.last_error = self.engine.say(f"writer.add: {type(e).__name__}: {e}")
+
+    # -- timeouts -------------------------------------------------------------------
+    def enforce_timeouts(self, now: int) -> None:
+        """Cut off every request past one of its limits (the engine's housekeeping calls this)."""
+        idle_ns = int(self.engine.cfg.timeouts.idle * 1e9)
+        for me in list(self._inflight.values()):
+            if me.why or me.task is None:
+                continue
+            if now > me.deadline_total:
+                me.why = "total timeout"
+            elif not me.tally.t_read and now > me.deadline_first:
+                me.why = "no data before the first-byte timeout"
+            elif me.tally.t_read and now - me.tally.t_read > idle_ns:
+                me.why = "idle timeout between chunks"
+            if me.why:
+                me.task.cancel()

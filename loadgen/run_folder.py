@@ -1,0 +1,221 @@
+"""A run folder on disk: its run.json's state, whether it holds a run, and making it ready.
+
+run.json is written when a run (or a sweep) starts, with ``"state": "running"`` and the
+identity of the process writing it, and rewritten at the end as ``"complete"`` or
+``"interrupted"`` with an ``"interrupted_reason"`` ("SIGINT", "SIGTERM", "second Ctrl-C:
+drain cut short"). A run whose process was killed never reaches the end: its run.json still
+says ``running``, so a reader asks whether that process is alive. A pid alone is not proof
+(pids are reused, and a folder may come from another machine), so the process is identified
+by its pid, the kernel's start time of that pid (``/proc/<pid>/stat``) and the machine's boot
+id, where the platform has them. A run.json without a state (written before states existed)
+reads as complete, unless its client block says it was interrupted. A sweep's points carry the
+same keys; a point still ``running`` in a sweep that no longer runs reads as interrupted with
+the sweep's reason.
+
+``mark_running`` and ``mark_finished`` edit a run.json dict in place (the caller writes it
+with ``records.write_json``, whose bytes are ``json_bytes``); ``run_state_of`` reads one and
+``records.read_run_state`` a folder's. ``records.make_folder`` uses ``writable_folder`` and
+``replace_run`` to refuse (or, with ``--force``, clear) a folder that already holds a run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.errors import ConfigError, SpecError
+from loadgen.untrusted import clean_text
+
+__all__ = [
+    "RUN_JSON",
+    "json_bytes",
+    "load_run_json",
+    "writable_folder",
+    "replace_run",
+    "STATES",
+    "PROCESS_ENDED",
+    "RunState",
+    "mark_running",
+    "mark_finished",
+    "run_state_of",
+    "point_states",
+    "process_alive",
+]
+
+RUN_JSON = "run.json"
+STATES = ("running", "complete", "interrupted")
+PROCESS_ENDED = "the run's process ended before it finished"
+_NO_REASON = "interrupted (no reason recorded)"
+_STOPPED = "stopped before it finished"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands: ``state`` is one of STATES; ``reason`` says why it was interrupted
+    (None unless ``state`` is ``"interrupted"``)."""
+
+    state: str
+    reason: str | None = None
+
+
+def mark_running(meta: MutableMapping[str, Any]) -> None:
+    """Mark a run.json dict as a run in progress by this process (before it is first written)."""
+    meta["state"] = "running"
+    meta.pop("interrupted_reason", None)
+    pid = os.getpid()
+    meta["pid"] = pid
+    meta["pid_started"] = _proc_stat(pid)[1]
+    meta["boot_id"] = _boot_id()
+    meta.setdefault("started_wall_ns", time.time_ns())
+
+
+def mark_finished(meta: MutableMapping[str, Any], interrupted_reason: str | None = None) -> None:
+    """Mark a run.json dict (or a sweep point's) as ``complete``, or as ``interrupted`` with the
+    reason when one is given."""
+    if interrupted_reason is None:
+        meta["state"] = "complete"
+        meta.pop("interrupted_reason", None)
+    else:
+        meta["state"] = "interrupted"
+        meta["interrupted_reason"] = interrupted_reason
+
+
+def run_state_of(meta: Mapping[str, Any], where: str = "run.json") -> RunState:
+    """The state a run.json dict (or a sweep point's dict) records, with a ``running`` one whose
+    process is gone read as interrupted. An unknown state is a SpecError naming ``where``."""
+    state = meta.get("state")
+    if state is None:  # an older run.json: its client block says whether it was stopped
+        client = meta.get("client")
+        if isinstance(client, Mapping) and client.get("interrupted") is True:
+            reason = client.get("stop_reason")
+            return RunState("interrupted", clean_text(reason) if isinstance(reason, str) and reason else _STOPPED)
+        return RunState("complete")
+    if state not in STATES:
+        raise SpecError(f"{where}: state: expected one of {', '.join(STATES)}, found {clean_text(repr(state), 40)}")
+    if state == "interrupted":
+        reason = meta.get("interrupted_reason")
+        return RunState("interrupted", clean_text(reason) if isinstance(reason, str) and reason.strip() else _NO_REASON)
+    if state == "running" and "pid" in meta:
+        pid, started, boot = meta.get("pid"), meta.get("pid_started"), meta.get("boot_id")
+        started, boot = (started if isinstance(started, int) else None), (boot if isinstance(boot, str) else None)
+        if not process_alive(pid, started, boot):
+            return RunState("interrupted", PROCESS_ENDED)
+    return RunState(state)
+
+
+def point_states(meta: Mapping[str, Any], where: str = "run.json") -> list[RunState]:
+    """The state of each point of a sweep's run.json (``meta["points"]``): a point recorded as
+    ``running`` in a sweep that no longer runs takes the sweep's reason."""
+    run = run_state_of(meta, where)
+    states = []
+    for k, point in enumerate(meta.get("points") or ()):
+        s = run_state_of(point, f"{where}: points[{k}]") if isinstance(point, Mapping) else RunState("complete")
+        if s.state == "running" and run.state != "running":
+            s = RunState("interrupted", run.reason or PROCESS_ENDED)
+        states.append(s)
+    return states
+
+
+def process_alive(pid: object, started: int | None = None, boot_id: str | None = None) -> bool:
+    """Whether the process that wrote a run.json still runs: its pid exists (and is no zombie),
+    and where recorded, that pid started at ``started`` (clock ticks after boot) on this boot."""
+    if type(pid) is not int or pid <= 0:
+        return False
+    if sys.platform == "win32":  # os.kill(pid, 0) would terminate it there; assume alive
+        return True
+    if boot_id is not None and (now_boot := _boot_id()) is not None and now_boot != boot_id:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, run by another user
+    except (OSError, OverflowError):
+        return False
+    status, start = _proc_stat(pid)
+    if status in ("Z", "X"):  # a zombie: ended, its parent has not reaped it yet
+        return False
+    return started is None or start is None or start == started
+
+
+def _proc_stat(pid: int) -> tuple[str | None, int | None]:
+    """(state letter, start time in clock ticks after boot) of ``pid`` from /proc, or Nones."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        fields = raw[raw.rindex(b")") + 2 :].split()  # the name, in parentheses, may hold spaces
+        return fields[0].decode("ascii"), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def json_bytes(data: Any) -> bytes:
+    """``data`` as standard JSON (RFC 8259), indented: NaN and +-Infinity, which JSON cannot
+    hold, are written as ``null`` (never ``NaN`` or ``Infinity``), numpy scalars and arrays as
+    numbers. A figure that can be unbounded says so in a flag of its own beside the null."""
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def load_run_json(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """A folder's run.json as a dict; a missing one is a ConfigError, an unreadable or malformed
+    one a SpecError (``records.read_run_meta`` also checks the blocks readers descend into)."""
+    path = Path(run_dir) / RUN_JSON
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a run folder (no {RUN_JSON})")
+    try:
+        meta = orjson.loads(path.read_bytes())
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    except orjson.JSONDecodeError as e:
+        raise SpecError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise SpecError(f"{path}: expected a JSON object, found {type(meta).__name__}")
+    return meta
+
+
+def writable_folder(path: Path, flag: str = "--out") -> Path:
+    """Create a folder a command writes to (parents too) and prove it is writable, before any
+    traffic: a file in the way or a read-only place is a ConfigError naming ``flag``."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".loadgen-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    return path
+
+
+def replace_run(path: Path, files: list[Path], state: str, flag: str, force: bool) -> None:
+    """Make room for a new run where ``files`` (loadgen's own, found in ``path``) are an old run's,
+    whose ``state`` is given: refuse in one line unless ``force``, then remove exactly those
+    files. A run still being written there (``running``: its process alive) is refused even so."""
+    if state == "running":
+        raise ConfigError(f"{flag} {path}: a run is still being written there; choose another folder")
+    if not force:
+        raise ConfigError(
+            f"{flag} {path} already holds a run (state: {state}); choose another folder or pass --force to replace it"
+        )
+    for p in sorted(files, key=lambda p: p.name == RUN_JSON):  # run.json last: a half-cleared run stays one
+        try:
+            p.unlink(missing_ok=True)
+        except OSError as e:
+            raise ConfigError(f"{flag} {path}: cannot remove the old run's {p.name} ({e.strerror or e})") from None

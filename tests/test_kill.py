@@ -1,0 +1,337 @@
+"""Killing loadgen: whatever ends the parent, no worker or simulator goes on, and nothing served is lost.
+
+Real processes over loopback. A run with ``--workers 2`` is sent to a small streaming
+server in this process that logs every request it served (arrival and end, on the
+system-wide monotonic clock, which the workers share), and its parent is sent SIGKILL,
+SIGTERM or SIGINT (to its PID alone). A run against the built-in simulator is killed,
+and Ctrl-C'd through its whole process group, as a terminal does, once and twice.
+
+After SIGKILL: no request arrives more than 1 s after the kill, no process of the run
+remains, and every request the server finished before the last flush interval is on
+disk. After SIGINT/SIGTERM: exit 130/143, run.json says interrupted, and every request
+the server served is in the records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+
+from loadgen.records import read_records, read_stream
+
+pytestmark = pytest.mark.timing
+
+KILL_WINDOW_NS = 1_000_000_000  # nothing may be sent later than this after the kill
+FLUSH_MARGIN_NS = 600_000_000  # the engine's flush interval (0.2 s) and a margin for a busy box
+
+
+# -- a server that logs what it served ------------------------------------------------------
+@dataclass
+class Served:
+    seq: int
+    t_ns: int  # perf_counter_ns at arrival (CLOCK_MONOTONIC: the same clock as every process's)
+    end_ns: int | None = None
+    complete: bool = False
+
+
+class LoggingServer:
+    """Streams ``tokens`` chunks ``gap_s`` apart to every chat request, and logs each one."""
+
+    def __init__(self, tokens: int = 5, gap_s: float = 0.05) -> None:
+        self.tokens, self.gap_s = tokens, gap_s
+        self.log: list[Served] = []
+        self.url = ""
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        entry = Served(int(request.headers.get("X-Loadgen-Seq", "-1")), time.perf_counter_ns())
+        self.log.append(entry)
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        try:
+            await resp.prepare(request)
+            for i in range(self.tokens):
+                chunk = {"choices": [{"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}]}
+                await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                await asyncio.sleep(self.gap_s)
+            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+            usage = {"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": self.tokens}}
+            for event in (done, usage):
+                await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            entry.complete = True  # the whole answer is written (the client may close before the EOF)
+            await resp.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            entry.end_ns = time.perf_counter_ns()
+        return resp
+
+    def settled(self, t_ns: int) -> set[int]:
+        """The requests answered whole before the last flush interval before ``t_ns``, once both
+        workers (odd and even sequence numbers) have had some."""
+        done = {s.seq for s in self.log if s.complete and s.end_ns and s.end_ns < t_ns - FLUSH_MARGIN_NS}
+        return done if len({seq % 2 for seq in done}) == 2 else set()
+
+    def after(self, t_ns: int) -> list[Served]:
+        return [s for s in self.log if s.t_ns > t_ns]
+
+
+class _Serving:
+    """A LoggingServer on 127.0.0.1 in a daemon thread with its own event loop."""
+
+    def __init__(self, srv: LoggingServer) -> None:
+        self.srv = srv
+        self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.done: asyncio.Event | None = None
+
+    async def main(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.srv.chat)
+        runner = web.AppRunner(app, handle_signals=False)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self.srv.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        self.loop, self.done = asyncio.get_running_loop(), asyncio.Event()
+        self.ready.set()
+        await self.done.wait()
+        await runner.cleanup()
+
+    def stop(self) -> None:
+        if self.loop is not None and self.done is not None:
+            self.loop.call_soon_threadsafe(self.done.set)
+
+
+@pytest.fixture
+def server() -> Iterator[LoggingServer]:
+    serving = _Serving(LoggingServer())
+    t = threading.Thread(target=asyncio.run, args=(serving.main(),), daemon=True)
+    t.start()
+    assert serving.ready.wait(10)
+    yield serving.srv
+    serving.stop()
+    t.join(5)
+
+
+# -- processes --------------------------------------------------------------------------------
+def spawn(*args: str) -> subprocess.Popen[str]:
+    """``loadgen ARGS`` as a terminal would start it, in a session (process group) of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, session) of a live process, None when gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[3])
+
+
+def alive(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def processes_of(parent: int) -> list[int]:
+    """Every live process of a run: its session's (workers, multiprocessing's helpers) and its
+    simulator (a session of its own, found by the lifeline command naming the parent's PID)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == parent:
+            continue
+        pid = int(entry.name)
+        st = _stat(pid)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if st[2] == parent or (b"loadgen.lifeline" in argv and str(parent).encode() in argv):
+            found.append(pid)
+    return found
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what} not within {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def gone_within(parent: int, timeout: float) -> float:
+    """Seconds until no process of the run remains (an AssertionError naming them otherwise)."""
+    try:
+        return wait_until(lambda: not processes_of(parent), timeout, "every process of the run gone")
+    except AssertionError:
+        left = processes_of(parent)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"orphans left after {timeout} s: {left}") from None
+
+
+def worker_run(server: LoggingServer, out: Path) -> subprocess.Popen[str]:
+    return spawn(
+        "run",
+        "--endpoint",
+        server.url,
+        "--model",
+        "m",
+        "--rate",
+        "40",
+        "--duration",
+        "60",
+        "--workers",
+        "2",
+        "--drain",
+        "5",
+        "--out",
+        str(out),
+        "--no-live",
+    )
+
+
+def records_on_disk(out: Path) -> dict[int, str]:
+    """request -> status, from records.parquet or, after a kill, the raw streams."""
+    if (out / "records.parquet").exists():
+        t = read_records(out).to_pydict()
+    else:
+        streams = sorted(out.glob("records*.arrows"))
+        assert streams, f"no record stream in {out}"
+        import pyarrow as pa
+
+        t = pa.concat_tables([read_stream(p) for p in streams]).to_pydict()
+    return dict(zip(t["request"], t["status"], strict=True))
+
+
+# -- the tests --------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
+def test_a_signal_to_the_parent_of_two_workers_stops_both(server: LoggingServer, tmp_path: Path, sig: int) -> None:
+    out = tmp_path / "run"
+    proc = worker_run(server, out)
+    try:
+        wait_until(lambda: len(server.settled(time.perf_counter_ns())) >= 10, 60, "both workers sending")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=10)[1][-2000:]) from None
+    killed = time.perf_counter_ns()
+    os.kill(proc.pid, sig)  # the PID alone, not its group
+    stdout, stderr = proc.communicate(timeout=30)
+    stopped_s = (time.perf_counter_ns() - killed) / 1e9
+    gone_within(proc.pid, 3.0)
+    time.sleep(max(0.0, 1.3 - stopped_s))  # past the kill window, in case anything were still sending
+    assert server.after(killed + KILL_WINDOW_NS) == [], "a request was sent more than 1 s after the signal"
+    have = records_on_disk(out)
+    if sig == signal.SIGKILL:
+        finished = server.settled(killed)
+        assert finished and finished <= set(have), "a request finished before the last flush is not on disk"
+        return
+    assert proc.returncode == 128 + sig, stderr
+    assert f"interrupted ({signal.Signals(sig).name})" in stdout
+    assert {s.seq for s in server.log} <= set(have), "a request the server saw is missing from the records"
+    assert all(have[s.seq] == "ok" for s in server.log if s.complete)
+    meta = orjson.loads((out / "run.json").read_bytes())
+    assert meta["state"] == "interrupted" and meta["interrupted_reason"] == signal.Signals(sig).name
+
+
+def sim_run(out: Path, *, itl_ms: int) -> subprocess.Popen[str]:
+    return spawn(
+        "run",
+        "--sim-ttft-ms",
+        "10",
+        "--sim-itl-ms",
+        str(itl_ms),
+        "--rate",
+        "20",
+        "--duration",
+        "60",
+        "--input-tokens",
+        "8",
+        "--output-tokens",
+        "10",
+        "--drain",
+        "20",
+        "--out",
+        str(out),
+        "--no-live",
+    )
+
+
+def sim_of(parent: int) -> int:
+    """The PID of the run's simulator (the one process of the run in a session of its own)."""
+
+    def sims() -> list[int]:
+        return [p for p in processes_of(parent) if (_stat(p) or ("", 0, parent))[2] != parent]
+
+    wait_until(lambda: bool(sims()), 30, "the simulator started")
+    return sims()[0]
+
+
+def test_the_simulator_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = sim_run(out, itl_ms=20)
+    sim = sim_of(proc.pid)
+    wait_until(lambda: (out / "records.arrows").exists(), 60, "the run sending")
+    killed = time.monotonic()
+    proc.kill()
+    proc.communicate(timeout=10)
+    wait_until(lambda: not alive(sim), 2.0, "the simulator gone after its parent was killed")
+    assert time.monotonic() - killed < 2.0
+    gone_within(proc.pid, 3.0)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_drains_against_a_simulator_that_keeps_serving(tmp_path: Path, presses: int) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: the simulator must not die of it.
+    Once: the answers in flight finish (ok, not disconnected). Twice: the drain is cut short."""
+    out = tmp_path / "run"
+    proc = sim_run(out, itl_ms=300)  # 3 s answers: ~60 in flight at 20 req/s
+    sim = sim_of(proc.pid)
+    wait_until(lambda: (out / "records.arrows").exists() and (out / "records.arrows").stat().st_size > 2000, 60, "ok")
+    os.killpg(proc.pid, signal.SIGINT)
+    if presses == 2:
+        time.sleep(0.3)
+        assert alive(sim), "the simulator died of the terminal's Ctrl-C"
+        os.killpg(proc.pid, signal.SIGINT)
+    pressed = time.perf_counter_ns()
+    stdout, stderr = proc.communicate(timeout=40)
+    assert proc.returncode == 130, stderr
+    statuses = list(records_on_disk(out).values())
+    last_done = max(read_records(out).column("t_done").drop_null().to_pylist())
+    assert "disconnected" not in statuses, "the simulator was killed under the drain"
+    meta = orjson.loads((out / "run.json").read_bytes())
+    assert meta["state"] == "interrupted"
+    if presses == 1:
+        assert statuses.count("ok") > 0 and "cancelled" not in statuses
+        assert meta["interrupted_reason"] == "SIGINT"
+    else:
+        assert "second interrupt: drain cut short;" in stdout and "cancelled" in statuses
+        n = int(stdout.split("drain cut short; ")[1].split()[0])
+        assert n == statuses.count("cancelled") and n > 0
+        assert meta["interrupted_reason"] == "second SIGINT: drain cut short"
+        # the answers take 3 s; cut, the drain ends at once (with a margin for a busy box)
+        assert last_done < pressed + 1_500_000_000, f"the cut drain went on {(last_done - pressed) / 1e9:.1f} s"
+    gone_within(proc.pid, 3.0)
+    assert not alive(sim)
