@@ -4,7 +4,9 @@ The records file is the single source of truth for a run: every figure in every
 report is a function of it. While a run goes on, records are appended in small
 batches to an Arrow IPC *stream* (``records.arrows``) and flushed, so a killed
 process leaves a file whose complete batches are all readable. At the end the
-stream is compacted to ``records.parquet``.
+stream is compacted to ``records.parquet``. Both carry the schema's version
+(``SCHEMA_VERSION``, ``record_version``) in their key-value metadata; a reader refuses a file
+of a newer major version in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.parquet as pq
 
 from loadgen.errors import ConfigError, SpecError
 from loadgen.record_fit import RowFitter, conform
+from loadgen.record_version import VERSION_KEY, check_readable, stamped
 from loadgen.run_folder import RunState, json_bytes, load_run_json, replace_run, run_state_of, writable_folder
 from loadgen.stream_file import StreamFile, read_batches
 
@@ -36,6 +39,8 @@ __all__ = [
     "run_files",
     "check_run_folder",
     "SCHEMA",
+    "SCHEMA_VERSION",
+    "file_metadata",
     "STATUSES",
     "Record",
     "RecordWriter",
@@ -108,6 +113,13 @@ _FIELDS: list[pa.Field[Any]] = [
 ]
 SCHEMA = pa.schema(_FIELDS)
 
+# The records schema's version, "MAJOR.MINOR" (record_version): a minor step adds what an older
+# reader can ignore, a major one changes a column's meaning. 1 (no version stamped): the schema
+# before issue 13/14. 1.1: status ``not_sent``, columns ``t_first_content`` and ``reasoning_tokens``,
+# and in a compacted file the derived columns and metadata analysis adds (``record_annotation``).
+SCHEMA_VERSION = "1.1"
+LOADGEN_VERSION_KEY = "loadgen.version"
+
 SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
 
 
@@ -178,7 +190,7 @@ class RecordWriter:
         self.batch_size = batch_size
         self._rows: list[list[object]] = []
         self._fit = RowFitter(SCHEMA, error_column="error", long_text=("output_text",), keep=_DEGRADED_KEEPS)
-        self._file = StreamFile(self.path, SCHEMA)
+        self._file = StreamFile(self.path, stamped(SCHEMA, SCHEMA_VERSION))
 
     @property
     def written(self) -> int:  # records on disk, degraded ones included
@@ -242,6 +254,7 @@ def read_stream(path: str | os.PathLike[str]) -> pa.Table:
         raise _unreadable(Path(path), e) from None
     if found is None:
         return SCHEMA.empty_table()
+    check_readable(found[0].metadata, SCHEMA_VERSION, str(path))
     try:
         return conform(pa.Table.from_batches(found[1], schema=found[0]), SCHEMA)
     except ValueError as e:
@@ -249,11 +262,13 @@ def read_stream(path: str | os.PathLike[str]) -> pa.Table:
 
 
 def read_records(run_dir: str | os.PathLike[str]) -> pa.Table:
-    """The records of a run folder: the Parquet file, else the raw stream(s)."""
+    """The records of a run folder in ``SCHEMA`` (the columns analysis derived, if any, left out):
+    the Parquet file, else the raw stream(s). A file of a newer major schema version is refused."""
     run = Path(run_dir)
     parquet = run / PARQUET_NAME
     if parquet.exists():
         try:
+            check_readable(pq.read_schema(parquet).metadata, SCHEMA_VERSION, str(parquet))
             return pq.read_table(parquet, schema=SCHEMA)
         except (pa.ArrowException, OSError) as e:
             raise _unreadable(parquet, e) from None
@@ -270,9 +285,10 @@ def check_run_folder(run_dir: str | os.PathLike[str]) -> None:
         _streams(run)
         return
     try:
-        pq.read_schema(parquet)
+        schema = pq.read_schema(parquet)
     except (pa.ArrowException, OSError) as e:
         raise _unreadable(parquet, e) from None
+    check_readable(schema.metadata, SCHEMA_VERSION, str(parquet))
 
 
 def _streams(run: Path) -> list[Path]:
@@ -306,7 +322,7 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
         done = read_records(run)
         parts = [done, *(_not_in(t, done) for t in parts)]
     table = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
-    table = table.sort_by([("point", "ascending"), ("t_sched", "ascending")])
+    table = table.sort_by([("point", "ascending"), ("t_sched", "ascending")]).replace_schema_metadata(file_metadata())
     tmp = run / (PARQUET_NAME + ".tmp")
     try:
         pq.write_table(table, tmp, compression="zstd")
@@ -318,6 +334,12 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
     for p in paths:
         p.unlink(missing_ok=True)
     return parquet
+
+
+def file_metadata() -> dict[str, str]:
+    """The key-value metadata every records file written now carries: its schema's version and
+    the loadgen version that wrote it (analysis adds the run's id and windows: ``record_annotation``)."""
+    return {VERSION_KEY: SCHEMA_VERSION, LOADGEN_VERSION_KEY: tool_info()["version"]}
 
 
 def _not_in(table: pa.Table, done: pa.Table) -> pa.Table:

@@ -102,10 +102,20 @@ def point_entry(k: int, rate: float, **extra: Any) -> dict[str, Any]:
     return {"index": k, "phase": "list", "arrival": arrival, "warmup_s": 0.0, "cooldown_s": 0.0, **extra}
 
 
-def make_sweep(d: Path, points: list[tuple[float, list[float], float]], **meta: Any) -> Path:
-    """A sweep folder: per point (rate req/s, TTFTs in ms, schedule lag in ms), spaced as the rate says."""
+def make_sweep(
+    d: Path,
+    points: list[tuple[float, list[float], float]],
+    *,
+    clients: list[dict[str, Any]] | None = None,
+    **meta: Any,
+) -> Path:
+    """A sweep folder: per point (rate req/s, TTFTs in ms, schedule lag in ms), spaced as the rate says;
+    ``clients``: each point's run.json "client" block."""
     for k, (rate, ttft, lag) in enumerate(points):
         make_run(d, ttft, gap_ms=1000.0 / rate, point=k, append=k > 0, lag_ms=lag)
+    entries = [point_entry(k, rate) for k, (rate, _, _) in enumerate(points)]
+    for entry, client in zip(entries, clients or [], strict=False):
+        entry["client"] = client
     doc: dict[str, Any] = {
         "run_id": "s",
         "endpoint": "http://127.0.0.1:1/v1",
@@ -113,8 +123,18 @@ def make_sweep(d: Path, points: list[tuple[float, list[float], float]], **meta: 
         "settings": {"lag_limit_ms": 10.0},
         "workload": {"name": "w"},
         "sweep": {"mode": "rates"},
-        "points": [point_entry(k, rate) for k, (rate, _, _) in enumerate(points)],
+        "points": entries,
     }
     doc.update(meta)
     (d / "run.json").write_bytes(orjson.dumps(doc))
     return d
+
+
+def profile(tmp_path: Path, criteria: str, head: str = "") -> Path:
+    """An SLO profile file (prof.yaml in ``tmp_path``) with these criteria lines (YAML list items)."""
+    p = tmp_path / "prof.yaml"
+    p.write_text(f"name: test\n{head}criteria:\n{criteria}")
+    return p
+
+
+TTFT_P99 = '  - {name: TTFT p99, metric: ttft, statistic: p99, bound: "<= 200 ms"}\n'

@@ -170,7 +170,8 @@ def test_different_traffic_crowns_nobody(tmp_path: Path) -> None:
     b = make_run(tmp_path / "b", [150.0] * 400, meta={"workload": {"name": "other"}})
     c = compare_runs([a, b], slo=SLO_500)
     assert c.traffic.codes == ("traffic_differs",)
-    assert c.suspects[0] == "SUSPECT: a and b sent different traffic (different workload): no winner is named"
+    assert c.suspects[0] == "SUSPECT: a and b sent different traffic (workload name w vs other): no winner is named"
+    assert c.same_traffic is not None and c.same_traffic.line == "traffic differs: workload name w vs other"
     assert all(v.winner is None and v.withheld for v in c.verdicts)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from hand_runs import make_run
+from hand_runs import TTFT_P99, make_run, profile
 
 from loadgen.analysis.window import Window
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run
 from loadgen.cli.main import main as cli_main
 from loadgen.conformance.bounds import batch_rate, compare, mean_bounds, percentile, proportion, verdict
-from loadgen.conformance.ci_outputs import md_escape, to_junit, to_markdown
 from loadgen.conformance.gate import exit_code, gate_run, parse_tolerance
 from loadgen.conformance.slo import load_profile
 from loadgen.errors import ConfigError
@@ -138,15 +136,6 @@ def test_exit_codes_and_tolerance() -> None:
 
 
 # --------------------------------------------------------------------------- run folders (tests/hand_runs.py)
-
-
-def profile(tmp_path: Path, criteria: str, head: str = "") -> Path:
-    p = tmp_path / "prof.yaml"
-    p.write_text(f"name: test\n{head}criteria:\n{criteria}")
-    return p
-
-
-TTFT_P99 = '  - {name: TTFT p99, metric: ttft, statistic: p99, bound: "<= 200 ms"}\n'
 
 
 def test_gate_pass_fail_inconclusive(tmp_path: Path) -> None:
@@ -271,72 +260,6 @@ def test_baseline_by_hand(tmp_path: Path) -> None:
     assert out.status == "fail" and out.exit_code == 1
     assert out.cases[0].status == "pass" and out.cases[1].status == "fail"
     assert "regressed" in out.cases[1].message
-
-
-# --------------------------------------------------------------------------- CI outputs
-
-
-def test_junit_parses_and_follows_the_schema(tmp_path: Path) -> None:
-    evil = 'm<x>&\x1b[31m\x00"]]>'
-    prof = load_profile(
-        profile(
-            tmp_path,
-            TTFT_P99 + "  - {name: TTFT p50, metric: ttft, statistic: p50, "
-            'bound: "<= 60 ms"}\n  - {metric: success_rate, '
-            'bound: ">= 99 %"}\n',
-        )
-    )
-    run = make_run(tmp_path / "r", [50.0] * 20 + [80.0] * 80, model=evil)
-    out = gate_run(run, prof)
-    root = ET.fromstring(to_junit(out).encode())
-    assert root.tag == "testsuites"
-    suites = root.findall("testsuite")
-    assert len(suites) == 1
-    cases = suites[0].findall("testcase")
-    assert [c.get("name") for c in cases] == ["TTFT p99", "TTFT p50", "success_rate"]
-    by = {c.get("name"): c for c in cases}
-    assert by["TTFT p50"].find("failure") is not None and by["TTFT p50"].find("failure").get("message")
-    assert by["TTFT p99"].find("skipped") is not None and by["TTFT p99"].find("failure") is None
-    assert suites[0].get("tests") == "3" and suites[0].get("failures") == "1" and suites[0].get("skipped") == "2"
-    assert root.get("tests") == "3" and root.get("errors") == "0"
-    for c in cases:
-        assert c.get("classname") and c.get("time") is not None
-    props = {p.get("name"): p.get("value") for p in suites[0].iter("property")}
-    assert props["model"].startswith("m<x>&")
-
-
-def test_markdown_escapes_endpoint_text(tmp_path: Path) -> None:
-    evil = "<img src=x onerror=alert(1)> | [click](http://x) *b* `c` ~~s~~"
-    esc = md_escape(evil)
-    assert "<img" not in esc and "&lt;img" in esc
-    for raw in ("|", "[", "]", "*", "`", "~"):
-        assert f"\\{raw}" in esc
-    assert "\n" not in md_escape("a\nb")
-    prof = load_profile(profile(tmp_path, TTFT_P99))
-    md = to_markdown(gate_run(make_run(tmp_path / "r", [50.0] * 300, model=evil), prof))
-    assert "<img" not in md and "loadgen gate: PASS" in md
-    table = [ln for ln in md.splitlines() if ln.startswith("|")]
-    assert len({ln.count(" | ") for ln in table[2:]}) == 1  # no cell split by an injected pipe
-
-
-def test_cli_gate_exit_codes_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    prof = profile(tmp_path, TTFT_P99)
-    ok = make_run(tmp_path / "ok", [50.0] * 300)
-    short = make_run(tmp_path / "short", [50.0] * 30)
-    junit, md, js = tmp_path / "o" / "j.xml", tmp_path / "o" / "s.md", tmp_path / "o" / "g.json"
-    args = ["gate", str(ok), "--slo", str(prof), "--junit", str(junit), "--markdown", str(md), "--json", str(js)]
-    assert cli_main(args) == 0
-    ET.parse(junit)
-    assert "PASS" in md.read_text() and orjson.loads(js.read_bytes())["exit_code"] == 0
-    assert cli_main(["gate", str(short), "--slo", str(prof)]) == 3
-    assert cli_main(["gate", str(short), "--slo", str(prof), "--inconclusive", "pass"]) == 0
-    assert cli_main(["gate", str(ok), "--slo", str(tmp_path / "nope.yaml")]) == 2
-    assert cli_main(["gate", str(tmp_path), "--slo", str(prof)]) == 2  # not a run folder
-    summary = tmp_path / "step.md"
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    assert cli_main(["gate", str(ok), "--slo", "interactive-chat"]) == 3
-    assert "interactive-chat" in summary.read_text()
 
 
 def test_gate_after_run_hook(tmp_path: Path) -> None:

@@ -445,3 +445,83 @@ def test_latency_samples_are_what_summarize_folds() -> None:
     for p in (50, 90, 99):
         assert np.percentile(got["itl"], p, method="inverted_cdf") == pytest.approx(s.itl.pct(p)[0])
         assert np.percentile(got["ttft"], p, method="inverted_cdf") == pytest.approx(s.ttft.pct(p)[0])
+
+
+# --------------------------------------------------------------------------- tokens beside latency
+
+
+def test_token_goodput_counts_the_output_of_requests_that_met_every_bound() -> None:
+    t = table(
+        rec(0, [(50, 1), (60, 9)]),  # TTFT 50 ms, 10 tokens: met
+        rec(10, [(500, 1), (510, 4)]),  # TTFT 490 ms: missed
+        rec(20, [(60, 3)], status="timeout", done=900),  # its tokens arrived, but it failed: missed
+    )
+    s = summarize(t, whole(t), SLO(ttft_ms=100))
+    assert s.goodput_rps == pytest.approx(1 / s.window_s)
+    assert s.goodput_tps == pytest.approx(10 / s.window_s)
+    assert summarize(t, whole(t)).goodput_tps is None  # no SLO, no goodput
+
+
+def test_per_user_speed_reports_the_slowest_users() -> None:
+    """TPOT 1..100 ms: speeds 1000/100 .. 1000 tok/s; p10 and p1 are the slow tail, p90 the fast one."""
+    t = table(*(rec(200 * i, [(200 * i + 50, 1), (200 * i + 50 + tpot, 1)]) for i, tpot in enumerate(range(1, 101))))
+    s = summarize(t, whole(t))
+    p10, p1 = s.per_user_slow
+    assert p1 == pytest.approx(1000 / 100)  # the slowest user
+    assert p10 == pytest.approx(1000 / 91)  # rank 10 of 100 from the slow end
+    assert s.per_user_tps.pct(90)[0] == pytest.approx(1000 / 11)  # the fast tail, which a planner does not need
+    doc = summary_to_json(s)["per_user_tps"]["percentiles"]
+    assert {"p1", "p10", "p50", "p90", "p99"} <= set(doc)
+
+
+def test_cached_prompt_fraction_and_ttft_split_by_cache() -> None:
+    t = table(
+        rec(0, [(20, 4)], prompt_tokens_reported=100, cached_tokens=80),
+        rec(1, [(21, 4)], prompt_tokens_reported=100, cached_tokens=60),
+        rec(2, [(102, 4)], prompt_tokens_reported=100, cached_tokens=0),
+        rec(3, [(203, 4)], prompt_tokens_reported=100),  # cache not reported: in neither group
+    )
+    s = summarize(t, whole(t))
+    assert (s.cached_reported, s.cached_prompt_tokens) == (3, 140)
+    assert s.cached_prompt_fraction == pytest.approx(140 / 300)
+    assert s.ttft_ms_cached is not None and s.ttft_ms_uncached is not None
+    assert (s.ttft_ms_cached.n, s.ttft_ms_cached.max) == (2, 20.0)
+    assert (s.ttft_ms_uncached.n, s.ttft_ms_uncached.mean) == (1, 100.0)
+    doc = summary_to_json(s)
+    assert doc["cached_prompt_fraction"] == pytest.approx(140 / 300) and doc["ttft_ms_cached"]["n"] == 2
+    json.dumps(doc, allow_nan=False)
+    # one kind only: no split; nothing reported: no fraction
+    warm = summarize(table(rec(0, [(20, 4)], prompt_tokens_reported=100, cached_tokens=90)))
+    assert warm.cached_prompt_fraction == pytest.approx(0.9) and warm.ttft_ms_cached is None
+    assert summarize(table(rec(0, [(20, 4)]))).cached_prompt_fraction is None
+
+
+def test_reasoning_tokens_and_ttft_to_first_content() -> None:
+    t = table(
+        # two reasoning chunks, then content: TTFT 10 ms, to content 30 ms
+        rec(0, [(10, 1), (20, 1), (30, 1), (40, 1)], t_first_content=ns(30), reasoning_tokens=2),
+        rec(100, [(110, 1), (120, 1)], t_first_content=ns(110), reasoning_tokens=0),  # content first
+        rec(200, [(210, 1)], status="cancelled", done=300),  # cut while reasoning: censored at 100 ms
+        rec(400, [(420, 2)], status="ok"),  # an answer without content (a tool call): no sample
+    )
+    s = summarize(t, whole(t))
+    assert (s.reasoning_reported, s.reasoning_tokens) == (2, 2)
+    assert s.reasoning_output_pct == pytest.approx(100 * 2 / 6)
+    assert s.content_after_first == 3  # the first, the cut one and the tool call began with something else
+    assert (s.ttft_content.n, s.ttft_content.censored) == (3, 1)
+    assert (s.ttft_content.min, s.ttft_content.max) == (10.0, 100.0)
+    assert s.ttft_content.max_lower_bound
+    assert s.ttft.pct(50)[0] == 10.0 and s.ttft_content.pct(50)[0] == 30.0
+
+
+def test_records_without_content_times_have_no_content_figure() -> None:
+    t = table(rec(0, [(10, 1), (20, 1)]), rec(5, [(30, 1)], status="cancelled"))
+    s = summarize(t.drop_columns(["t_first_content", "cached_tokens", "reasoning_tokens"]))
+    assert (s.ttft_content.n, s.content_after_first, s.reasoning_reported, s.cached_reported) == (0, 0, 0, 0)
+    assert summarize(t).content_after_first == 0  # the column is there but never set: not recorded
+
+
+def test_summary_json_has_no_inf_with_censored_samples() -> None:
+    t = table(rec(0, [(10, 1), (20, 1)]), rec(5, [], status="timeout", done=900))
+    text = json.dumps(summary_to_json(summarize(t, whole(t), SLO(ttft_ms=50))), allow_nan=False)
+    assert '"inf"' not in text and "Infinity" not in text

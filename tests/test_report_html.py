@@ -3,8 +3,10 @@ headless browser (Chrome DevTools Protocol over aiohttp) that must render every 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
+import io
 import os
 import re
 import shutil
@@ -19,19 +21,28 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from rich.console import Console
 
+from loadgen.analysis.metrics import SLO
 from loadgen.analysis.points import analyze_run
+from loadgen.cli import report_cmd
 from loadgen.client.settings import RunSettings, settings_json
 from loadgen.records import Record, to_batch
+from loadgen.report.charts import Series, pareto_chart
+from loadgen.report.detail_charts import errors_chart, timeseries_chart
 from loadgen.report.html import CHART_IDS, render_html, write_report
+from loadgen.report.html_charts import cdf_figure, latency_figure, server_figure, timeseries_figure
 from loadgen.report.sweep_view import render_sweep
 
 EVIL = "<script>window.__pwned=1;document.title='pwned'</script>"
 SECTIONS = ("overview", "warnings", "points", "charts", "error-detail", "config", "method")
 
 
-def fake_point(k: int, rate: float, n: int, t0: int, run_id: str, evil: bool) -> list[Record]:
-    """n requests at ``rate``: TTFT and TPOT grow with the point index, every 10th fails with a hostile error."""
+def fake_point(k: int, rate: float, n: int, t0: int, run_id: str, evil: bool, tokens: bool = False) -> list[Record]:
+    """n requests at ``rate``: TTFT and TPOT grow with the point index, every 10th fails with a hostile error;
+    with ``tokens``, a reasoning model behind a prefix cache (2 reasoning chunks first, every other prompt cached)."""
     out = []
     for i in range(n):
         ts = t0 + int(i / rate * 1e9)
@@ -80,6 +91,9 @@ def fake_point(k: int, rate: float, n: int, t0: int, run_id: str, evil: bool) ->
                 finish_reason="length",
                 status="ok",
                 output_text=EVIL if evil else None,
+                t_first_content=chunks[2] if tokens else None,
+                reasoning_tokens=2 if tokens else None,
+                cached_tokens=(48 if i % 2 else 0) if tokens else None,
             )
         )
     return out
@@ -94,13 +108,17 @@ def make_run(
     sweep: bool = True,
     gpus: float | None = 2.0,
     slo: dict[str, Any] | None = None,
+    tokens: bool = False,
+    extra: tuple[Record, ...] = (),
+    meta_extra: dict[str, Any] | None = None,
 ) -> Path:
-    """A run folder with made-up records: a sweep (points) or a single run."""
+    """A run folder with made-up records: a sweep (points) or a single run (``extra``: more records;
+    ``meta_extra``: run.json keys to add or replace)."""
     folder.mkdir(parents=True)
     run_id = "20250101-000000-abcdef"
     records, t0, points = [], 1_000_000_000_000, []
     for k, rate in enumerate(rates if sweep else rates[:1]):
-        records += fake_point(k if sweep else 0, rate, n, t0, run_id, evil)
+        records += fake_point(k if sweep else 0, rate, n, t0, run_id, evil, tokens)
         label = f"poisson @ {rate:g} req/s"
         points.append(
             {
@@ -116,6 +134,7 @@ def make_run(
             }
         )
         t0 += int((n / rate + 5) * 1e9)
+    records += extra
     pq.write_table(pa.Table.from_batches([to_batch(records)]), folder / "records.parquet")
     # what the server said meanwhile, one scrape a second (as server_metrics.py writes it)
     start = 1_000_000_000_000
@@ -154,13 +173,14 @@ def make_run(
         meta["points"] = points
     else:
         meta["client"] = points[0]["client"]
+    meta.update(meta_extra or {})
     (folder / "run.json").write_bytes(orjson.dumps(meta))
     return folder
 
 
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = make_run(tmp_path_factory.mktemp("report") / "sweep")
+    run = make_run(tmp_path_factory.mktemp("report") / "sweep", tokens=True)
     render_sweep(run)
     return run
 
@@ -323,7 +343,12 @@ async def browse(chromium: str, page: Path, shot: Path) -> dict[str, Any]:
                     marks: f.querySelectorAll('svg path, svg use, svg text').length})),
                 title: document.title, pwned: typeof window.__pwned !== 'undefined',
                 scripts: document.scripts.length, literal: document.body.innerText.includes("<script>"),
-                sections: [...document.querySelectorAll('section[id]')].map(s => s.id)})"""
+                sections: [...document.querySelectorAll('section[id]')].map(s => s.id),
+                page_width: document.documentElement.scrollWidth,
+                viewport: window.innerWidth,
+                tables: [...document.querySelectorAll('table')].map(t => ({
+                    id: t.id, width: t.scrollWidth, room: t.parentElement.clientWidth,
+                    cols: t.querySelectorAll('thead th').length}))})"""
             res = await cdp.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session=session)
             dom = orjson.loads(res["result"]["value"])
             png = await cdp.call(
@@ -369,4 +394,202 @@ def test_report_in_a_headless_browser(sweep_dir: Path, tmp_path: Path) -> None:
     assert dom["title"].startswith("loadgen sweep")
     assert dom["literal"], "the hostile text is shown as text"
     assert set(SECTIONS) <= set(dom["sections"])
+    # the points tables fit a 1280-px window, the widest variant (GPUs, prices, SLO, cached and
+    # reasoning columns) included: nothing scrolls sideways, neither the page nor a table in it
+    assert dom["viewport"] == 1280 and dom["page_width"] <= 1280, dom["page_width"]
+    points = [t for t in dom["tables"] if t["id"].startswith("points-")]
+    assert [t["id"] for t in points] == ["points-throughput", "points-outcomes", "points-latency", "points-users"]
+    assert max(t["cols"] for t in points) >= 11
+    for t in dom["tables"]:
+        assert t["width"] <= t["room"], t
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+# --------------------------------------------------------------------------- honest figures
+
+
+def cancelled_waiting(k: int, t0: int, n: int, wait_ms: float, run_id: str = "20250101-000000-abcdef") -> list[Record]:
+    """n requests of point k cut at the end of the point after ``wait_ms`` without a first token."""
+    return [
+        Record(
+            run_id=run_id,
+            point=k,
+            request=10_000 + i,
+            session=10_000 + i,
+            t_sched=t0 + i * 1_000_000,
+            t_sent=t0 + i * 1_000_000 + 100_000,
+            t_done=t0 + i * 1_000_000 + int(wait_ms * 1e6),
+            status="cancelled",
+            output_tokens_requested=16,
+        )
+        for i in range(n)
+    ]
+
+
+def _section(html: str, sid: str) -> str:
+    m = re.search(rf'<section id="{sid}">(.*?)</section>', html, re.S)
+    assert m, sid
+    return m.group(1)
+
+
+def _cards(html: str) -> dict[str, tuple[str, str]]:
+    """Each headline card: its key -> (value's class, value's text)."""
+    got = re.findall(r'<div class="k">(.*?)</div><div class="(v[^"]*)">(.*?)</div>', _section(html, "overview"))
+    return {k: (cls, re.sub(r"<[^>]+>", "", v)) for k, cls, v in got}
+
+
+def test_censored_requests_show_as_lower_bounds(tmp_path: Path) -> None:
+    """20 requests of the single point waited 1.5 s for a first token and were cut: TTFT p99 is
+    at least 1.5 s, its upper end unbounded; the CDF says they are not drawn; no "inf" in JSON."""
+    run = make_run(
+        tmp_path / "s", rates=(4.0,), evil=False, extra=tuple(cancelled_waiting(0, 1_000_000_000_000, 20, 1500.0))
+    )
+    render_sweep(run)
+    html = (run / "report.html").read_text()
+    latency = re.search(r'<table class="points" id="points-latency">.*?</table>', html, re.S)
+    assert latency
+    assert "≥ 1,500" in latency.group(0) and "(20 censored)" in latency.group(0) and "unbounded" in latency.group(0)
+    assert "≥ x: a lower bound; requests never answered count at their wait" in html
+    assert "20 censored)" in _section(html, "charts")  # the TTFT CDF's legend: counted, not drawn
+    text = (run / "summary.json").read_text()
+    assert '"inf"' not in text and "Infinity" not in text
+    doc = orjson.loads(text)
+    p99 = doc["points"][0]["summary"]["ttft"]["percentiles"]["p99"]
+    assert (p99["lower_bound"], p99["hi"], p99["hi_unbounded"]) == (True, None, True)
+    cap = doc["capacity_at_slo"]
+    assert (cap["upper"], cap["upper_unbounded"]) == (4.0, False)  # the point missed the SLO: a confirmed miss
+    assert doc["points"][0]["output_tps_ci"]["lo_unbounded"] is False
+
+
+def test_headline_cards_come_from_points_that_meet_the_slo(sweep_dir: Path) -> None:
+    """8 req/s has the most output tok/s but only 60% attainment (target 85%): the peak card is
+    4 req/s's, and capacity (4 req/s, not confirmed at 60 requests a point) is not bold."""
+    html = (sweep_dir / "report.html").read_text()
+    cards = _cards(html)
+    peak = cards["peak output tok/s per GPU at SLO (85% attainment)"]
+    a = analyze_run(sweep_dir)
+    assert peak[1].startswith(f"{a.points[1].y:.3g}") and a.points[2].y > a.points[1].y
+    assert "at 4 req/s, 90% attainment (not confirmed)" in _section(html, "overview")
+    cls, value = cards["capacity at SLO (85% attainment)"]
+    assert (cls, value) == ("v weak", "4 req/s (not confirmed)")
+    # an SLO no point meets: no number, and no card from a point with 0% attainment
+    strict = render_html(analyze_run(sweep_dir, slo=SLO(ttft_ms=1.0)))
+    assert _cards(strict)["peak output tok/s per GPU at SLO (85% attainment)"] == ("v weak", "none")
+
+
+def test_a_confirmed_capacity_is_bold(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "s", rates=(2.0, 4.0), n=400, evil=False)
+    render_sweep(run)
+    html = (run / "report.html").read_text()
+    cls, value = _cards(html)["capacity at SLO (85% attainment)"]
+    assert (cls, value) == ("v", "4 req/s")
+    assert _cards(html)["peak output tok/s per GPU at SLO (85% attainment)"][0] == "v"
+    cap = orjson.loads((run / "summary.json").read_bytes())["capacity_at_slo"]
+    assert (cap["upper"], cap["upper_unbounded"], cap["confirmed"]) == (None, True, True)  # no miss seen: null + flag
+
+
+def test_slow_users_token_goodput_reasoning_and_cache_are_shown(sweep_dir: Path) -> None:
+    html = (sweep_dir / "report.html").read_text()
+    users = _section(html, "points")
+    for head in ("p10 (slow)", "p1 (slowest)", "goodput output tok/s", "TTFT to content p50 ms"):
+        assert f"<th>{head}</th>" in users, head
+    assert "cached prompt %" in users and "reasoning tokens" in users and "per-user p90" not in users
+    doc = orjson.loads((sweep_dir / "summary.json").read_bytes())
+    p = doc["points"][0]
+    assert p["per_user_tps_p10"] < p["per_user_tps_p50"] and "per_user_tps_p90" not in p
+    s = p["summary"]
+    # the 54 ok requests report 64 prompt tokens each; the 24 odd ones of them had 48 cached
+    assert s["cached_prompt_fraction"] == pytest.approx(24 * 48 / (54 * 64))
+    assert s["ttft_ms_cached"]["n"] == 24 and s["ttft_ms_uncached"]["n"] == 30
+    assert s["reasoning_tokens"] == 2 * 54 and s["goodput_tps"] > 0
+    assert s["ttft_content"]["percentiles"]["p50"]["value"] > s["ttft"]["percentiles"]["p50"]["value"]
+
+
+def test_reasoning_and_cache_columns_only_where_reported(tmp_path: Path) -> None:
+    points = _section(write_report(make_run(tmp_path / "single", sweep=False, evil=False)).read_text(), "points")
+    assert "TTFT to content" not in points and "cached prompt %" not in points and "reasoning tokens" not in points
+    assert "<th>p10 (slow)</th>" in points
+
+
+def test_an_interrupted_sweep_says_so_first(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "s", meta_extra={"state": "interrupted", "interrupted_reason": "SIGINT"})
+    meta = orjson.loads((run / "run.json").read_bytes())
+    meta["points"][2].update(state="interrupted", interrupted_reason="SIGINT")
+    (run / "run.json").write_bytes(orjson.dumps(meta))
+    buf = io.StringIO()
+    render_sweep(run).print(Console(file=buf, width=200))
+    first = buf.getvalue().splitlines()[0]
+    assert first.startswith("INTERRUPTED: this sweep was interrupted (SIGINT); point 2"), first
+    html = (run / "report.html").read_text()
+    banner = re.search(r'<div class="loud" id="banner">(.*?)</div>', html, re.S)
+    assert banner and "INTERRUPTED: this sweep was interrupted" in banner.group(1)
+    assert html.index('id="banner"') < html.index("<nav>") < html.index('id="overview"')
+    assert orjson.loads((run / "summary.json").read_bytes())["interruption"].startswith("INTERRUPTED")
+
+
+def test_loadgen_report_on_an_interrupted_or_suspect_run_says_so_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = argparse.Namespace(warmup=None, cooldown=None, lag_limit_ms=None)
+    cut = make_run(
+        tmp_path / "cut", sweep=False, evil=False, meta_extra={"state": "interrupted", "interrupted_reason": "SIGTERM"}
+    )
+    assert report_cmd.main(argparse.Namespace(run_dir=str(cut), **vars(args))) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("INTERRUPTED: this run was interrupted (SIGTERM)"), lines[:3]
+    assert "INTERRUPTED" in (cut / "report.html").read_text().split("<nav>")[0]
+    late = {"simulator": {"late_steps": 146, "steps": 853, "max_lateness_ms": 23.1}}
+    sus = make_run(tmp_path / "sus", sweep=False, evil=False, meta_extra=late)
+    report_cmd.main(argparse.Namespace(run_dir=str(sus), **vars(args)))
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("SUSPECT (sim_late"), first
+    assert 'id="banner"' in (sus / "report.html").read_text()
+
+
+# --------------------------------------------------------------------------- charts: labels and legends
+
+
+def _overlaps(fig: Figure, texts: list[Any]) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts whose drawn boxes overlap (drawn with Agg)."""
+    FigureCanvasAgg(fig).draw()
+    r = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's, after draw
+    shown = [t for t in texts if t.get_visible() and t.get_text()]
+    boxes = [t.get_window_extent(r) for t in shown]
+    return [
+        (shown[i].get_text(), shown[j].get_text())
+        for i in range(len(shown))
+        for j in range(i + 1, len(shown))
+        if boxes[i].overlaps(boxes[j])
+    ]
+
+
+def test_pareto_point_labels_do_not_overlap() -> None:
+    """30 points crowded at high load (the usual shape of a sweep past its knee)."""
+    xs = [100.0 - i for i in range(10)] + [40.0 - 0.2 * i for i in range(20)]
+    ys = [10.0 * i for i in range(10)] + [300.0 + i for i in range(20)]
+    s = Series("run", xs, ys, list(range(30)), [f"{i * 2}" for i in range(30)])
+    fig = pareto_chart([s], y_label="output tok/s")
+    texts = fig.axes[0].texts
+    assert 10 <= len(texts) < 30  # some labels left out, the spread-out ones kept
+    assert _overlaps(fig, list(texts)) == []
+
+
+def test_error_chart_ticks_and_timeseries_marks_do_not_overlap() -> None:
+    labels = [f"{r} req/s" for r in range(1, 61)]
+    fig = errors_chart(labels, [{"ok": 5, "timeout": i % 4} for i in range(60)])
+    ticks = fig.axes[0].get_xticklabels()
+    assert 5 < sum(1 for t in ticks if t.get_text()) < 60
+    assert _overlaps(fig, list(ticks)) == []
+    rows = [{"t_s": float(t), "output_tps": 1.0, "in_flight": 1.0, "errors": 0, "completed": 1} for t in range(120)]
+    fig = timeseries_chart(rows, marks=[(2.0 * i, f"#{i}") for i in range(60)])
+    assert _overlaps(fig, list(fig.axes[0].texts)) == []
+
+
+def test_legends_carry_units(sweep_dir: Path) -> None:
+    a = analyze_run(sweep_dir)
+    for fig in (latency_figure(a), timeseries_figure(a), server_figure(a), cdf_figure(a, "ttft")):
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            for t in legend.get_texts() if legend else []:
+                text = t.get_text()
+                assert re.search(r"\((ms|tok/s|requests|%)\)|req/s|ms\b|lower bound", text), text

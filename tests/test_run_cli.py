@@ -78,6 +78,10 @@ def test_a_run_writes_a_complete_run_folder(fixed_sim, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["summary"]["ok"] == 12
     assert "TTFT" in r.stdout
+    assert meta["state"] == "complete" and meta["interrupted_reason"] is None
+    refused = loadgen("run", "--endpoint", fixed_sim.url, "--rate", "20", "--requests", "2", "--out", str(out))
+    assert refused.returncode == 2 and "--force" in refused.stderr and refused.stderr.count("\n") == 1
+    assert read_records(out).num_rows == 12  # the run that was there is untouched
     again = loadgen("report", str(out))  # re-rendered from the records alone
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "summary.json").read_text())["summary"] == summary["summary"]
@@ -149,8 +153,11 @@ def test_ctrl_c_stops_sending_and_writes_everything(tmp_path):
     assert "interrupted" in stdout
     statuses = pq.read_table(out / "records.parquet").column("status").to_pylist()
     assert "ok" in statuses and "cancelled" in statuses
-    assert len(statuses) < 60  # sending stopped at the signal
-    assert json.loads((out / "run.json").read_text())["client"]["interrupted"] is True
+    sent = [st for st in statuses if st != "not_sent"]
+    assert len(sent) < 60 < len(statuses)  # sending stopped at the signal; the rest are recorded as never sent
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["client"]["interrupted"] is True
+    assert (meta["state"], meta["interrupted_reason"]) == ("interrupted", "SIGINT")
 
 
 def _echo_auth_server(port_holder: list[int], stop: asyncio.Event) -> None:
@@ -203,7 +210,8 @@ def test_the_api_key_reaches_no_file_of_the_run_folder(tmp_path, where):
     )
     stop.set()
     t.join(5)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 4, r.stderr  # every request failed
+    assert r.stderr.splitlines()[-1].startswith('loadgen: every request failed: 5 x http_error "HTTP 401: ')
     errors = read_records(out).column("error").to_pylist()
     assert all("[REDACTED]" in e for e in errors)  # the echo arrived and was scrubbed
     for path in out.rglob("*"):
@@ -222,10 +230,16 @@ def test_an_endpoint_that_does_not_answer_is_one_line(tmp_path):
 
 def test_run_json_says_what_was_sent(fixed_sim, tmp_path):
     out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text('{"run_id": "an old run"}')  # replaced, because of --force
+    (out / "notes.txt").write_text("mine")
+    host = fixed_sim.url.split("//")[1]
+    endpoint = f"http://me:pw-in-url-5e3c@{host}"
     r = loadgen(
         "run",
+        "--force",
         "--endpoint",
-        fixed_sim.url,
+        endpoint,
         "--concurrency",
         "3",
         "--requests",
@@ -240,7 +254,13 @@ def test_run_json_says_what_was_sent(fixed_sim, tmp_path):
         str(out),
     )
     assert r.returncode == 0, r.stderr
-    meta = json.loads(Path(out / "run.json").read_text())
+    text = (out / "run.json").read_text()
+    meta = json.loads(text)
+    assert meta["run_id"] != "an old run" and (out / "notes.txt").read_text() == "mine"
+    for secret in ("pw-in-url-5e3c", "me:"):
+        assert secret not in text and secret not in r.stdout + r.stderr
+    assert meta["endpoint"] == meta["settings"]["endpoint"] == fixed_sim.url
+    assert meta["state"] == "complete" and meta["pid"] > 0 and meta["command"][0] == "run"
     assert meta["settings"]["arrival"]["label"] == "closed loop, concurrency 3"
     assert meta["settings"]["seed"] == 7
     assert meta["tool"]["name"] == "loadgen"

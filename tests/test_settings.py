@@ -10,8 +10,11 @@ import pytest
 from loadgen.cli.main import build_parser
 from loadgen.cli.run_cmd import settings_from_args
 from loadgen.client.config import Timeouts
-from loadgen.client.settings import MAX_REQUESTS, RunSettings, engine_config
+from loadgen.client.point import cpu_utilisation
+from loadgen.client.run import command_line
+from loadgen.client.settings import MAX_REQUESTS, RunSettings, engine_config, settings_json
 from loadgen.errors import ConfigError
+from loadgen.redaction import Secrets
 from loadgen.schedule import Arrival
 
 POISSON = Arrival("poisson", rate=10.0)
@@ -50,6 +53,8 @@ def settings(**kw: Any) -> RunSettings:
         (dict(duration_s=5.0, warmup_s=3.0, cooldown_s=3.0), "no measurement window"),
         (dict(max_inflight=0), "--max-inflight 0"),
         (dict(drain_s=float("inf")), "--drain inf"),
+        (dict(drain_s=-1.0), r"--drain -1.0: must be a finite number in \[0,"),
+        (dict(max_inflight=-3), "--max-inflight -3"),
         (dict(lag_limit_ms=0.0), "--lag-limit-ms 0.0"),
         (dict(workers=0), "--workers 0"),
         (dict(workers=4, arrival=Arrival("closed", concurrency=2)), "--workers 4 exceeds --concurrency 2"),
@@ -113,3 +118,54 @@ def test_the_engine_config_comes_from_the_settings() -> None:
     assert (cfg.api, cfg.path, cfg.point, cfg.max_inflight) == ("completions", "/completions", 3, 7)
     assert cfg.timeouts == Timeouts(connect=2.0) and not cfg.ignore_eos and cfg.keep_text
     assert cfg.extra_body == {"temperature": 0}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "--rate", "1", "--drain", "-1"], "--drain"),
+        (["run", "--rate", "1", "--max-inflight", "0"], "--max-inflight"),
+        (["sweep", "--drain", "-1"], "--drain"),
+    ],
+)
+def test_a_negative_drain_or_no_inflight_slot_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("loadgen: error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_run_json_keeps_the_endpoint_without_credentials() -> None:
+    s = settings(
+        endpoint="http://user:sk-in-url-123@127.0.0.1:8000/v1?api-key=sk-in-query-456",
+        server_metrics="http://u:p4ssw0rd@127.0.0.1:8000/metrics?token=abc",
+    )
+    d = settings_json(s)
+    assert d["endpoint"] == "http://127.0.0.1:8000/v1"
+    assert d["server_metrics"] == "http://127.0.0.1:8000/metrics"
+    assert settings_json(settings(server_metrics="off"))["server_metrics"] == "off"
+
+
+def test_the_command_line_in_run_json_holds_no_secret() -> None:
+    url = "http://me:sk-in-url-123@127.0.0.1:8000/v1?api-key=sk-in-query-456&x=1"
+    secrets = Secrets.of(api_key="sk-env-key-789", url=url)
+    argv = ["run", "--endpoint", url, "--api-key", "sk-flag-000", "--token=tok-000000", "--input-tokens", "8"]
+    argv += ["--api-key-env", "MY_KEY", "--extra-body", '{"note": "sk-env-key-789"}']
+    shown = command_line(argv, secrets)
+    text = " ".join(shown)
+    for secret in ("sk-in-url-123", "sk-in-query-456", "sk-flag-000", "tok-000000", "sk-env-key-789", "me:"):
+        assert secret not in text
+    assert shown[3:6] == ["--api-key", "[REDACTED]", "--token=[REDACTED]"]
+    assert ["--input-tokens", "8", "--api-key-env", "MY_KEY"] == shown[6:10]  # names are no secret
+    assert "127.0.0.1:8000/v1" in shown[2]
+
+
+def test_a_point_too_short_to_judge_gives_no_cpu_share() -> None:
+    """A zero-length point read "client CPU saturated (101%)": start-up noise over no time."""
+    assert "cpu_utilisation" not in cpu_utilisation(0.02, 0.019)
+    assert "too short" in cpu_utilisation(0.02, 0.019)["cpu_utilisation_why_not"]
+    assert cpu_utilisation(0.5, 2.0) == {"cpu_utilisation": 0.25}
+    assert cpu_utilisation(0.0, 0.0)["cpu_utilisation_why_not"]  # no division by zero

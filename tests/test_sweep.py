@@ -205,7 +205,11 @@ def test_auto_sweep_finds_the_simulators_capacity(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     result = run_sweep(settings, lambda salt: SyntheticChat(*SHAPE, seed=0, salt=salt), out, sim_flags=SIM)
     rates = [p.step.rate for p in result.points]
-    assert rates == [6.0, 18.0]  # 18 > 11.5 req/s: the engine falls behind at once
+    if any(p.observation.validity.withholding.suspect for p in result.points):
+        pytest.skip(f"this box made a point suspect, so no saturation call is made: {result.points[-1].caveats}")
+    # 18 > 11.5 req/s: the engine falls behind at once; a 1 s window at 18 req/s holds too few
+    # requests to call it (MIN_REQUESTS), 54 req/s is called
+    assert rates[:2] == [6.0, 18.0] and len(rates) <= 3
     achieved = max(p.summary.completed_rps for p in result.points)
     assert analytic.requests_per_s / 2 <= achieved <= analytic.requests_per_s * 2
     meta = read_run_meta(out)
@@ -219,4 +223,40 @@ def test_auto_sweep_finds_the_simulators_capacity(tmp_path: Path) -> None:
     table = read_records(out)
     assert sorted(set(table.column("point").to_pylist())) == list(range(len(rates)))
     analysis = analyze_run(out, table=table)  # the report of the same folder (rendering: test_report_html)
-    assert analysis.saturation is not None and analysis.frontier
+    if analysis.validity.withholding.suspect:  # e.g. a busy box made the simulator late: no call on suspect data
+        assert analysis.saturation is None
+    else:
+        assert analysis.saturation is not None and analysis.frontier
+
+
+@pytest.mark.timing  # a signal 1 s into a 4 s point lands inside it on any box
+def test_a_sweep_stopped_by_sigint_keeps_its_interrupted_point_and_sends_no_other(tmp_path: Path) -> None:
+    import os
+    import signal
+    import threading
+
+    from loadgen.client.engine import Engine
+
+    plan = SweepPlan("rates", arrivals=(Arrival("poisson", rate=5.0), Arrival("poisson", rate=10.0)),
+                     point_duration_s=4.0, warmup_s=0.0, drain_s=5.0)  # fmt: skip
+    base = RunSettings(endpoint=None, model=None, duration_s=4.0, lag_limit_ms=50.0)
+    out = tmp_path / "sweep"
+
+    def interrupt_soon(engine: Engine) -> None:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    result = run_sweep(
+        SweepSettings(base=base, plan=plan),
+        lambda salt: SyntheticChat(16, 4, seed=0, salt=salt),
+        out,
+        sim_flags=["--ttft-ms", "10", "--itl-ms", "10"],
+        on_engine=interrupt_soon,
+    )
+    assert result.interrupted and result.stop_reason == "SIGINT" and len(result.points) == 1
+    meta = read_run_meta(out)
+    assert (meta["state"], meta["interrupted_reason"]) == ("interrupted", "SIGINT")
+    [point] = meta["points"]  # the stopped point is kept; the second was never started
+    assert (point["state"], point["interrupted_reason"]) == ("interrupted", "SIGINT")
+    assert point["client"]["interrupted"] is True
+    with pytest.raises(ConfigError, match="--force"):  # the folder holds a run now
+        run_sweep(SweepSettings(base=base, plan=plan), lambda salt: SyntheticChat(16, 4), out)

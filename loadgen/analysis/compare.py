@@ -1,8 +1,9 @@
 """Bake-off: the same traffic against several endpoints, compared with intervals.
 
 ``compare_runs`` reads run folders (sweeps or single runs), checks that they
-sent the same traffic (workload, seed, API, ignore_eos, load points) and says
-so loudly when they did not, then compares: overlaid Pareto frontiers, capacity
+sent the same traffic (``traffic``: by the request fingerprints the runs recorded,
+else by workload, seed, API and ignore_eos; and the load points) and says so
+first, loudly when they did not, then compares: overlaid Pareto frontiers, capacity
 and goodput at the SLO, cost per million output tokens there, peak throughput,
 and latency at matched load (points with the same offered rate or concurrency).
 A winner is declared only where the intervals separate: the best run's interval
@@ -22,17 +23,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loadgen.analysis.metrics import SLO
 from loadgen.analysis.pareto import cost_per_million
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
-from loadgen.analysis.validity import Caveat, Validity
+from loadgen.analysis.traffic import TrafficCheck, check_traffic, traffic_mismatches
+from loadgen.analysis.validity import Validity
 from loadgen.errors import ConfigError
 
-__all__ = ["Side", "Verdict", "Comparison", "compare_runs", "separated_winner", "traffic_mismatches"]
-
-_SAME_TRAFFIC = ("seed", "api", "ignore_eos")
+__all__ = ["Side", "Verdict", "Comparison", "compare_runs", "separated_winner"]
 
 
 @dataclass
@@ -53,6 +52,10 @@ class Verdict:
     unit: str = ""
     group: str = "headline"  # "headline" or "matched load"
     withheld: str = ""  # why no winner may be named on these figures (a suspect run or point), else ""
+    key: str = ""  # a stable name for the figure ("ttft_p99", "peak_output_tps", ...), for machines
+    at: str = ""  # the matched load ("10 req/s"), for a matched-load figure
+    # run -> (estimate is a lower bound, interval's low end is one): censored samples make them so
+    lower_bounds: dict[str, tuple[bool, bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     suspects: list[str] = field(default_factory=list)  # shown first: interrupted, then suspect runs and points
     traffic: Validity = field(default_factory=Validity)  # traffic_differs when the runs sent different traffic
+    same_traffic: TrafficCheck | None = None  # whether they sent identical traffic, and the evidence
 
     @property
     def names(self) -> list[str]:
@@ -88,70 +92,7 @@ def separated_winner(values: dict[str, tuple[float, float, float]], better: str)
     return best, f"{best}: its interval clears every other run's"
 
 
-# --------------------------------------------------------------------------- traffic check
-
-
-def _workload_key(meta: dict[str, Any]) -> dict[str, Any]:
-    w = dict(meta.get("workload") or {})
-    w.pop("salt", None)  # per-point salts are derived, not chosen
-    return w
-
-
-def _points_key(a: RunAnalysis) -> list[str]:
-    return [p.short_label for p in a.points] if a.meta.get("sweep", {}).get("mode") != "auto" else ["auto"]
-
-
-def traffic_mismatches(sides: Sequence[Side]) -> list[str]:
-    """Differences in what was sent; each makes a head-to-head comparison unfair."""
-    out = []
-    ref = sides[0]
-    for other in sides[1:]:
-        a, b = ref.analysis.meta, other.analysis.meta
-        wa, wb = _workload_key(a), _workload_key(b)
-        if wa != wb:
-            keys = sorted(k for k in set(wa) | set(wb) if wa.get(k) != wb.get(k))
-            out.append(f"{ref.name} and {other.name} ran different workloads (differ in: {', '.join(keys)})")
-        sa, sb = a.get("settings", {}), b.get("settings", {})
-        for k in _SAME_TRAFFIC:
-            if sa.get(k) != sb.get(k):
-                out.append(f"{ref.name} and {other.name} differ in {k}: {sa.get(k)!r} vs {sb.get(k)!r}")
-        if sa.get("extra_body") != sb.get("extra_body"):
-            out.append(f"{ref.name} and {other.name} sent different --extra-body fields (check they are equivalent)")
-        pa_, pb = _points_key(ref.analysis), _points_key(other.analysis)
-        if pa_ != pb:
-            out.append(
-                f"{ref.name} and {other.name} have different load points; only matching loads are compared "
-                "point by point"
-            )
-        salt_a = (a.get("sweep") or {}).get("point_salt")
-        salt_b = (b.get("sweep") or {}).get("point_salt")
-        if salt_a != salt_b:
-            out.append(f"{ref.name} and {other.name} differ in per-point prompt salting ({salt_a} vs {salt_b})")
-    return out
-
-
-def traffic_differs(sides: Sequence[Side]) -> Validity:
-    """``traffic_differs`` when the runs did not send the same requests: another workload, seed,
-    API or ignore_eos (a recorded fingerprint of the request bytes, when runs carry one, plugs in here)."""
-    out = []
-    ref = sides[0].analysis.meta
-    for other in sides[1:]:
-        b = other.analysis.meta
-        keys = [k for k in _SAME_TRAFFIC if ref.get("settings", {}).get(k) != b.get("settings", {}).get(k)]
-        if _workload_key(ref) != _workload_key(b):
-            keys.insert(0, "workload")
-        if keys:
-            out.append(
-                Caveat(
-                    "traffic_differs",
-                    f"{sides[0].name} and {other.name} sent different traffic (different {', '.join(keys)})",
-                )
-            )
-    return (
-        Validity.of(out)
-        if len(out) < 2
-        else Validity("suspect", ("traffic_differs",), ("; ".join(c.message for c in out),))
-    )
+# --------------------------------------------------------------------------- what withholds winners
 
 
 def _suspects(sides: Sequence[Side], traffic: Validity) -> list[str]:
@@ -237,14 +178,16 @@ def compare_runs(
         mismatches.append(
             "only some runs give --gpus: per-GPU figures are not comparable; aggregate figures are compared instead"
         )
-    traffic = traffic_differs(sides)
+    same = check_traffic(sides)
+    traffic = same.validity
     verdicts = _headline(sides, slo, target) + _matched(sides)
     for v in verdicts:
         if traffic.suspect:
             v.withheld = traffic.why()
         if v.withheld:
             v.winner, v.detail = None, f"withheld: {v.withheld} (on the intervals alone: {v.detail})"
-    return Comparison(sides, mismatches, verdicts, slo, target, notes + _few(sides), _suspects(sides, traffic), traffic)
+    suspects = _suspects(sides, traffic)
+    return Comparison(sides, mismatches, verdicts, slo, target, notes + _few(sides), suspects, traffic, same)
 
 
 def _withheld(sides: Sequence[Side], picks: dict[str, PointFigures | None]) -> str:
@@ -288,7 +231,7 @@ def _headline(sides: Sequence[Side], slo: SLO | None, target: float) -> list[Ver
             est, lo, hi = tps(top)
             # A run that never saturated may go higher: its peak is only a lower bound.
             peak[s.name] = (est, lo, hi if s.analysis.saturation else math.inf)
-    v = _verdict("peak throughput", "higher", peak, unit)
+    v = _verdict("peak throughput", "higher", peak, unit, key="peak_output_tps")
     v.withheld = _withheld(sides, at)
     if any(not s.analysis.saturation for s in sides):
         v.detail += "; runs that did not saturate count as 'could be higher' (upper bound ∞)"
@@ -300,7 +243,7 @@ def _headline(sides: Sequence[Side], slo: SLO | None, target: float) -> list[Ver
         c = s.analysis.capacity
         if c is not None and c.rate is not None:
             cap[s.name] = (c.rate, c.lower, c.upper)
-    v = _verdict(f"capacity at SLO ({target:g}% attainment)", "higher", cap, "req/s")
+    v = _verdict(f"capacity at SLO ({target:g}% attainment)", "higher", cap, "req/s", key="capacity_at_slo")
     v.detail += " (interval: highest rate confirmed to meet the SLO .. lowest confirmed to miss it)"
     # capacity rests on each run's trusted points only; a run with none has no capacity to compare
     none = [s.name for s in sides if s.analysis.points and not s.analysis.trusted]
@@ -313,7 +256,7 @@ def _headline(sides: Sequence[Side], slo: SLO | None, target: float) -> list[Ver
         if best is not None and best.goodput_ci is not None and best.summary.goodput_rps is not None:
             good[s.name] = (best.summary.goodput_rps, *best.goodput_ci)
             best_at[s.name] = best
-    v = _verdict("best goodput at SLO", "higher", good, "req/s")
+    v = _verdict("best goodput at SLO", "higher", good, "req/s", key="best_goodput_at_slo")
     v.withheld = _withheld(sides, best_at)
     out.append(v)
     out += _cost_at_capacity(sides, per_gpu)
@@ -338,7 +281,7 @@ def _cost_at_capacity(sides: Sequence[Side], per_gpu: bool) -> list[Verdict]:
         )
     if len(cost) < 2:
         return []
-    v = _verdict("$/M output tokens at capacity", "lower", cost, "$")
+    v = _verdict("$/M output tokens at capacity", "lower", cost, "$", key="cost_at_capacity")
     none = [s.name for s in sides if s.analysis.points and not s.analysis.trusted]
     v.withheld = "; ".join(f"{n} has no point that is not suspect" for n in none)
     return [v]
@@ -355,9 +298,11 @@ def _verdict(
     unit: str,
     group: str = "headline",
     withheld: str = "",
+    *,
+    key: str,
 ) -> Verdict:
     winner, why = separated_winner(values, better)
-    return Verdict(metric, better, values, winner, why, unit, group, withheld)
+    return Verdict(metric, better, values, winner, why, unit, group, withheld, key)
 
 
 def _matched(sides: Sequence[Side]) -> list[Verdict]:
@@ -375,8 +320,14 @@ def _matched(sides: Sequence[Side]) -> list[Verdict]:
         label = next(iter(per.values())).short_label
         withheld = _withheld(sides, dict(per))
         for metric, attr, pct in (("TTFT p99", "ttft", 99), ("TPOT p50", "tpot", 50), ("E2E p99", "e2e", 99)):
-            vals = {n: getattr(p.summary, attr).pct(pct) for n, p in per.items() if getattr(p.summary, attr).n}
-            out.append(_verdict(f"{metric} at {label}", "lower", vals, "ms", "matched load", withheld))
+            dists = {n: d for n, p in per.items() if (d := getattr(p.summary, attr)).n}
+            vals = {n: d.pct(pct) for n, d in dists.items()}
+            flags = {n: (d.pct_flags(pct).value, d.pct_flags(pct).lo) for n, d in dists.items()}
+            v = _verdict(f"{metric} at {label}", "lower", vals, "ms", "matched load", withheld, key=f"{attr}_p{pct}")
+            v.at, v.lower_bounds = label, flags
+            out.append(v)
         vals = {n: (p.summary.output_tps, *p.output_tps_ci) for n, p in per.items()}
-        out.append(_verdict(f"output tok/s at {label}", "higher", vals, "tok/s", "matched load", withheld))
+        v = _verdict(f"output tok/s at {label}", "higher", vals, "tok/s", "matched load", withheld, key="output_tps")
+        v.at = label
+        out.append(v)
     return out

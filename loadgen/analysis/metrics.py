@@ -30,7 +30,8 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, Objects, itl_icl
-from loadgen.analysis.stats import Dist, describe, json_number
+from loadgen.analysis.stats import PERCENTILES, Dist, describe, json_number
+from loadgen.analysis.tokens import token_fields
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import STATUSES
 
@@ -39,6 +40,8 @@ __all__ = ["SLO", "Summary", "summarize", "summary_to_json", "latency_samples"]
 _EXAMPLES = 5
 _ERROR_CHARS = 160
 _EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
+# per-user speed also at p10 and p1: the slowest users (p90 / p99 of TPOT), which a planner needs
+SPEED_PERCENTILES = tuple(sorted({1.0, 10.0, *PERCENTILES}))
 
 
 def latency_samples(table: pa.Table, window: Window) -> dict[str, Floats]:
@@ -133,7 +136,7 @@ class Summary:
     tpot: Dist
     itl: Dist
     icl: Dist
-    per_user_tps: Dist  # 1000 / TPOT per request (TPOT 0, one burst, left out)
+    per_user_tps: Dist  # 1000 / TPOT per request (TPOT 0, one burst, left out); also p1 and p10, the slow tail
     output_tokens_in_window: int  # from every request's chunks arriving in the window
     output_tokens_in_window_ok: int
     output_tps: float
@@ -162,6 +165,24 @@ class Summary:
     errors_by_status: dict[str, int]
     errors_by_http: dict[str, int]
     error_examples: list[str]
+    # tokens beside the latencies (``analysis.tokens``): null/None where the endpoint reported none
+    goodput_tps: float | None  # output tokens of the requests in goodput_rps, per second
+    ttft_content: Dist  # TTFT to the first visible content (not reasoning), censored like TTFT
+    content_after_first: int  # requests whose first output chunk was not visible content
+    reasoning_reported: int  # requests that reported reasoning tokens
+    reasoning_tokens: int  # their sum
+    reasoning_output_pct: float  # their share of those requests' output tokens
+    cached_reported: int  # requests that reported cached prompt tokens
+    cached_prompt_tokens: int  # sum over the requests that reported both cached and prompt tokens
+    cached_prompt_fraction: float | None  # that sum / their reported prompt tokens
+    ttft_ms_cached: Dist | None  # TTFT of requests with cached_tokens > 0, where both kinds occur
+    ttft_ms_uncached: Dist | None  # TTFT of requests with cached_tokens == 0, likewise
+
+    @property
+    def per_user_slow(self) -> tuple[float, float]:
+        """(p10, p1) of per-user tok/s: the slow tail (NaN without samples)."""
+        d = self.per_user_tps
+        return (d.pct(10)[0], d.pct(1)[0]) if d.n else (math.nan, math.nan)
 
 
 def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = None) -> Summary:
@@ -173,6 +194,7 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
     lat = Latencies.of(c)
     counts = _status_counts(c.status[inwin])
     n_in = int(inwin.sum())
+    met = c.ok & slo.met(lat.ttft, lat.tpot, lat.e2e) if slo is not None else None
     return Summary(
         window=w,
         slo=slo,
@@ -189,9 +211,10 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
         success_pct=_pct(counts.get("ok", 0), n_in),
         **_latency_fields(c, lat, inwin),
         **_throughput_fields(c, w, inwin),
-        **_slo_fields(c, lat, w, inwin, slo),
+        **_slo_fields(c, w, inwin, met),
         **_token_fields(c, inwin, okw),
         **_error_fields(c, inwin),
+        **token_fields(table, c, lat, w, inwin, met),
     )
 
 
@@ -208,7 +231,7 @@ def _latency_fields(c: Cols, lat: Latencies, inwin: Mask) -> dict[str, Any]:
         tpot=describe(tp),
         itl=describe(itl),
         icl=describe(icl),
-        per_user_tps=describe(1000.0 / tp[tp > 0]),
+        per_user_tps=describe(1000.0 / tp[tp > 0], percentiles=SPEED_PERCENTILES),
     )
 
 
@@ -238,13 +261,13 @@ def _throughput_fields(c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
     )
 
 
-def _slo_fields(c: Cols, lat: Latencies, w: Window, inwin: Mask, slo: SLO | None) -> dict[str, Any]:
+def _slo_fields(c: Cols, w: Window, inwin: Mask, met: Mask | None) -> dict[str, Any]:
     """Goodput (ok, done in the window, every bound met) and attainment (met / every request
-    scheduled in the window: a failed, cancelled or not_sent one is a miss); None without an SLO."""
-    if slo is None:
+    scheduled in the window: a failed, cancelled or not_sent one is a miss); None without an SLO
+    (``met``: per row, ok and every bound met)."""
+    if met is None:
         return dict(goodput_rps=None, slo_met=None, slo_attainment_pct=None)
     done, has_done = c.t["t_done"]
-    met = c.ok & slo.met(lat.ttft, lat.tpot, lat.e2e)
     met_n = int((met & inwin).sum())
     return dict(
         goodput_rps=_rate(int((met & has_done & w.contains(done)).sum()), w.length_s),
@@ -335,7 +358,7 @@ def _status_counts(status: Objects) -> dict[str, int]:
 
 
 def summary_to_json(summary: Summary) -> dict[str, Any]:
-    """A JSON-safe dict (NaN -> null, inf -> "inf")."""
+    """A JSON-safe dict: NaN -> null; a Dist's unbounded ends are null with a flag (``Dist.to_json``)."""
     return {f.name: _jsonable(getattr(summary, f.name)) for f in fields(summary)}
 
 
@@ -350,6 +373,8 @@ def _jsonable(v: Any) -> Any:
         return [_jsonable(x) for x in v]
     if isinstance(v, (bool, str)) or v is None:
         return v
-    if isinstance(v, (int, float, np.integer, np.floating)):
+    if isinstance(v, (int, np.integer)):
         return json_number(v)
+    if isinstance(v, (float, np.floating)):  # no scalar figure is infinite; never write "inf"
+        return float(v) if math.isfinite(v) else None
     return str(v)

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loadgen.cli.command_secrets import secrets_of
 from loadgen.errors import ConfigError
 from loadgen.specfile import builtin_dir
 
@@ -129,6 +130,7 @@ def gate_after_run(run_dir: Path, args: argparse.Namespace) -> int:
         baseline=Path(args.baseline) if args.baseline else None,
         tolerance=parse_tolerance(args.tolerance),
         inconclusive=args.inconclusive,
+        secrets=secrets_of(args),  # a key an endpoint echoed into the run's error texts stays out
     )
     print_outcome(outcome)
     write_outputs(outcome, junit=args.junit, markdown=args.markdown, json=args.json)

@@ -23,43 +23,82 @@ if TYPE_CHECKING:
 _HOUR_MS = 3.6e6
 _COUNT = bounded_int(1, 100_000_000)  # sequences, tokens: far beyond any engine, near enough to catch a typo
 
-# (flag without prefix, dest suffix, type, default, help)
+# (flag without prefix, dest suffix, type, default, help); every help states its default and unit
+# (tests/test_help_defaults.py), and "--" in it names the same command's flag (--sim- under run)
 _OPTIONS: tuple[tuple[str, str, Callable[[str], Any], object, str], ...] = (
-    ("gpu", "gpu", str, "h100", "GPU profile (h100, h200, b200, mi300x, a100 or a YAML file)"),
+    ("gpu", "gpu", str, "h100", "GPU profile: h100, h200, b200, mi300x, a100 or a YAML file (default: %(default)s)"),
     (
         "model",
         "model",
         str,
         "llama-3.1-8b",
-        "model profile (llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, deepseek-v3, gpt-oss-120b or a YAML file)",
+        "model profile: llama-3.1-8b, llama-3.1-70b, mixtral-8x7b, deepseek-v3, gpt-oss-120b or a YAML file "
+        "(default: %(default)s)",
     ),
-    ("tp", "tp", bounded_int(1, 1024), 1, "tensor-parallel GPUs"),
-    ("max-num-seqs", "max_num_seqs", _COUNT, 256, "most sequences running at once"),
-    ("max-batch-tokens", "max_batch_tokens", _COUNT, 8192, "token budget per engine step (chunked prefill)"),
-    ("kv-util", "kv_util", finite_float(0, 1, above=True), 0.9, "fraction of GPU memory for weights + KV cache"),
-    ("prefix-cache", "prefix_cache", str, "on", "on | off"),
+    ("tp", "tp", bounded_int(1, 1024), 1, "tensor-parallel degree (default: %(default)s GPU)"),
+    ("max-num-seqs", "max_num_seqs", _COUNT, 256, "most sequences running at once (default: %(default)s sequences)"),
+    (
+        "max-batch-tokens",
+        "max_batch_tokens",
+        _COUNT,
+        8192,
+        "token budget per engine step, chunked prefill (default: %(default)s tokens)",
+    ),
+    (
+        "kv-util",
+        "kv_util",
+        finite_float(0, 1, above=True),
+        0.9,
+        "fraction of GPU memory for weights + KV cache (default: %(default)s of the memory)",
+    ),
+    ("prefix-cache", "prefix_cache", str, "on", "prefix caching: on | off (default: %(default)s)"),
     ("weight-dtype", "weight_dtype", str, None, "bf16 | fp8 | fp4 (default: the model profile's)"),
-    ("kv-dtype", "kv_dtype", str, "bf16", "bf16 | fp8"),
+    ("kv-dtype", "kv_dtype", str, "bf16", "KV cache type: bf16 | fp8 (default: %(default)s)"),
     (
         "ttft-ms",
         "ttft_ms",
         finite_float(0, _HOUR_MS),
         None,
-        "fixed-latency model instead: time to first token (with --itl-ms)",
+        "fixed-latency model instead of the roofline: time to first token, ms "
+        "(default: off; 50 ms when only --itl-ms is given)",
     ),
-    ("itl-ms", "itl_ms", finite_float(0, _HOUR_MS), None, "fixed-latency model: time between tokens"),
-    ("served-model-name", "served_model_name", str, None, "model name the server answers to"),
-    ("truth", "truth", str, None, "write one JSON line per request: arrival, queue wait, each token's time"),
+    (
+        "itl-ms",
+        "itl_ms",
+        finite_float(0, _HOUR_MS),
+        None,
+        "fixed-latency model: time between tokens, ms (default: off; 10 ms when only --ttft-ms is given)",
+    ),
+    (
+        "served-model-name",
+        "served_model_name",
+        str,
+        None,
+        "model name the server answers to (default: the model profile's; sim for the fixed-latency model)",
+    ),
+    (
+        "truth",
+        "truth",
+        str,
+        None,
+        "write one JSON line per request to this file: arrival, queue wait, each token's time (default: off)",
+    ),
     (
         "faults",
         "faults",
         str,
         None,
         "inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
-        "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens",
+        "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens (default: none)",
     ),
-    ("tokens-per-chunk", "tokens_per_chunk", _COUNT, 1, "tokens per streamed chunk"),
-    ("max-model-len", "max_model_len", _COUNT, None, "context length (default: the model's, capped by KV)"),
+    ("tokens-per-chunk", "tokens_per_chunk", _COUNT, 1, "tokens per streamed chunk (default: %(default)s token)"),
+    (
+        "max-model-len",
+        "max_model_len",
+        _COUNT,
+        None,
+        "context length, tokens (default: the model's, capped by the KV cache)",
+    ),
 )
 
 
@@ -71,8 +110,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "of continuous batching on a named GPU and model.",
     )
     add_sim_options(p, prefix="")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=PORT, default=8000, help="port (0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument(
+        "--port", type=PORT, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
+    )
     p.add_argument("--announce", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
@@ -82,7 +123,16 @@ def add_sim_options(p: argparse.ArgumentParser, prefix: str = "sim-") -> None:
     g = p.add_argument_group(title)
     for flag, dest, kind, default, text in _OPTIONS:
         choices = ("on", "off") if dest == "prefix_cache" else None
-        g.add_argument(f"--{prefix}{flag}", dest=f"sim_{dest}", type=kind, default=default, choices=choices, help=text)
+        shown = text.replace("--", f"--{prefix}")  # the other fixed-latency flag, as this command spells it
+        g.add_argument(
+            f"--{prefix}{flag}",
+            dest=f"sim_{dest}",
+            type=kind,
+            default=default,
+            choices=choices,
+            metavar=None if choices else dest.upper(),
+            help=shown,
+        )
     p.set_defaults(sim_prefix=prefix)
 
 

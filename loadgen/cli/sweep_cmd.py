@@ -163,11 +163,11 @@ def _arrivals(args: argparse.Namespace) -> tuple[str, tuple[Arrival, ...]]:
     from loadgen.schedule import parse_arrival  # its ScheduleError is a ConfigError
     from loadgen.sweep.plan import parse_list
 
-    if args.concurrency:
+    if args.concurrency is not None:
         values = parse_list(args.concurrency, "--concurrency", integer=True)
         _at_most(values, MAX_CONCURRENCY, f"--concurrency {args.concurrency}")
         return "concurrency", tuple(parse_arrival("closed", concurrency=int(v)) for v in values)
-    if args.rates:
+    if args.rates is not None:
         values = parse_list(args.rates, "--rates")
         _at_most(values, MAX_RATE, f"--rates {args.rates}")
         return "rates", tuple(parse_arrival(args.arrival, rate=v) for v in values)

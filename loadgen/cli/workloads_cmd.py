@@ -30,9 +30,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     show.set_defaults(func=cmd_show)
     pv = cmds.add_parser("preview", help="statistics of a workload's first sessions")
     pv.add_argument("name", metavar="NAME|PATH")
-    pv.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0, help="workload seed (same seed, same traffic)")
     pv.add_argument(
-        "--n", type=bounded_int(1, 1_000_000), default=200, metavar="N", help="sessions to build (default 200)"
+        "--seed",
+        type=bounded_int(0, MAX_SEED),
+        default=0,
+        help="workload seed: same seed, same traffic (default: %(default)s)",
+    )
+    pv.add_argument(
+        "--n",
+        type=bounded_int(1, 1_000_000),
+        default=200,
+        metavar="N",
+        help="sessions to build (default: %(default)s sessions)",
     )
     pv.add_argument(
         "--set",
@@ -41,7 +50,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="KEY=VALUE",
         help="override a spec field, e.g. --set input.mean=300 (repeatable)",
     )
-    pv.add_argument("--tokenizer", default=None, metavar="PATH", help="HF tokenizer.json to build text with")
+    pv.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="HF tokenizer.json to build text with (default: the spec's tokens.tokenizer, else the built-in one)",
+    )
     pv.add_argument("--json", action="store_true", help="print the statistics as JSON")
     pv.set_defaults(func=cmd_preview)
 

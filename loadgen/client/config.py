@@ -158,6 +158,18 @@ class LiveCounters:
     writer_errors: int = 0  # records the writer refused (``add``) or batches it failed to flush
     internal_errors: int = 0  # sessions whose task raised (a bug; their turns still got records)
     last_error: str = ""  # the latest of those, as text (cleaned and redacted)
+    # for the live view's progress (elapsed, remaining, tok/s); perf_counter_ns instants, 0 = not yet
+    output_tokens: int = 0  # output tokens of every answer recorded so far, however it ended
+    start_ns: int = 0  # the shared start instant of the schedule
+    span_ns: int | None = None  # open loop: offset of this shard's last scheduled send
+    stop_ns: int = 0  # when engine.stop() was first called (sending stopped, the drain began)
+
+    def snapshot(self, recent: int = 256) -> LiveCounters:
+        """A copy small enough to send to another process twice a second: every counter, and the
+        latest ``recent`` samples of each kind (a worker sends these to its parent's live view)."""
+        samples = ("recent_ttft_ms", "recent_itl_ms", "recent_lag_ms")
+        trimmed = {k: deque(list(getattr(self, k))[-recent:], maxlen=recent) for k in samples}
+        return LiveCounters(**{**vars(self), **trimmed})
 
     def health(self) -> dict[str, int | str]:
         """What the run's client health (run.json) says of the engine's own troubles."""

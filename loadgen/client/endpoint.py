@@ -17,7 +17,7 @@ from loadgen.errors import EndpointError
 from loadgen.redaction import Secrets
 from loadgen.untrusted import clean_text
 
-__all__ = ["endpoint_label", "discover_model", "parse_models", "MODELS_CAP_BYTES"]
+__all__ = ["endpoint_label", "endpoint_path", "discover_model", "parse_models", "MODELS_CAP_BYTES"]
 
 MODELS_CAP_BYTES = 1 << 20  # a list of models is kilobytes; 1 MiB is already absurd
 MODELS_TIMEOUT_S = 10.0  # the whole request, body included
@@ -35,6 +35,12 @@ def endpoint_label(url: str) -> str:
         port = None
     netloc = host + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def endpoint_path(url: str, path: str) -> str:
+    """``url`` with ``path`` appended to its path, its query kept (``?api-version=...`` endpoints)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, parts.query, ""))
 
 
 def parse_models(body: bytes, where: str) -> str:
@@ -71,7 +77,7 @@ async def discover_model(
     headers["Accept-Encoding"] = "identity"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
-            async with http.get(url.rstrip("/") + "/models", headers=headers) as resp:
+            async with http.get(endpoint_path(url, "/models"), headers=headers) as resp:
                 if resp.status != 200:
                     raise EndpointError(f"{where} answered HTTP {resp.status}; pass --model")
                 body = bytearray()

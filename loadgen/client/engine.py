@@ -30,6 +30,7 @@ import numpy as np
 
 from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.config import EngineConfig, LiveCounters, Plan
+from loadgen.client.fingerprint import Traffic
 from loadgen.client.holds import HoldQueue
 from loadgen.client.outcome import Say
 from loadgen.client.session_runs import Ahead, SessionRuns
@@ -76,6 +77,7 @@ class Engine:
             )
         )
         self.live = LiveCounters()
+        self.traffic = Traffic()  # fingerprints of the requests written to the wire (client.fingerprint)
         self.fast_path = FastPath(False, "the run has not started")  # what the transport said at the start
         self.stop_reason: str | None = None  # why the run was stopped (``stop``), if it was
         self.drain_cut = False  # a second stop ended the drain early

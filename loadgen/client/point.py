@@ -100,6 +100,12 @@ async def run_engine(
         "drain_cut": stopper.cut,
         "cut_inflight": stopper.cut_inflight,
         "records": writer.written,
+        # what the writer had to bound or degrade to keep every record (records.py)
+        "records_degraded": writer.degraded,
+        "records_bounded": writer.bounded,
+        "records_unwritten": writer.unwritten,
+        "record_write_failures": writer.write_failures,
+        **engine.live.health(),
         "shard": shard,
         # reads stamped in aiohttp's protocol and requests held to their instants; when false, why not
         "fast_read": engine.fast_path.ok,

@@ -70,6 +70,7 @@ def new_run_id() -> str:
 # A flag whose value is a credential (none of loadgen's today: the key is read from the
 # environment; this keeps one added later, or a wrapper's, out of run.json).
 _SECRET_FLAG = re.compile(r"--?(?:api[-_]?key|key|token|password|passwd|secret|bearer|auth\w*|header|H)", re.I)
+_USERINFO = re.compile(r"(?i)\b(https?://)[^/@\s]*@")  # a URL's user:password@, however short
 
 
 def command_line(argv: Sequence[str], secrets: Secrets) -> list[str]:
@@ -87,7 +88,7 @@ def command_line(argv: Sequence[str], secrets: Secrets) -> list[str]:
             shown.append(f"{flag}={REDACTED}" if eq else arg)
             hide_next = not eq
             continue
-        shown.append(secrets.redact(arg))
+        shown.append(_USERINFO.sub(rf"\1{REDACTED}@", secrets.redact(arg)))
     return shown
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, NamedTuple, Protocol
 
+import orjson
+
 from loadgen.client.config import EngineConfig, LiveCounters, Timeouts
+from loadgen.client.fingerprint import Traffic, first_request, later_request
 from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, not_sent
 from loadgen.client.protocol.tally import StreamTally
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
@@ -34,6 +37,7 @@ class Host(Protocol):
     transport: Transport
     live: LiveCounters
     say: Say
+    traffic: Traffic
 
     @property
     def stopped(self) -> bool:
@@ -69,7 +73,7 @@ class _Inflight:
 class _Run:
     """One session in its task: what a stop or the end of the drain may cut."""
 
-    __slots__ = ("task", "session", "t_start", "started", "ex", "children", "cut")
+    __slots__ = ("task", "session", "t_start", "started", "ex", "children", "cut", "first", "last")
 
     def __init__(self, session: Session, t_start: int) -> None:
         self.task: asyncio.Task[None] | None = None
@@ -79,6 +83,8 @@ class _Run:
         self.ex: Exchange | None = None  # its request being prepared, waiting for a slot, or on the wire
         self.children = False  # it waits for its subagent sessions (each a run of its own)
         self.cut: str | None = None  # why the engine cut it off
+        self.first = 0  # the salt-free digest of its first request (its later turns are keyed by it)
+        self.last = 0  # the exact digest of its latest request (the next one's chains from it)
 
     @property
     def on_wire(self) -> bool:
@@ -252,6 +258,8 @@ class SessionRuns:
                 finally:
                     del self._inflight[seq]
                     live.inflight -= 1
+                    if ex.t_sent is not None:  # after the exchange: hashing never delays a write
+                        self._fingerprint(run, turn_no, turn, conv, body)
         except asyncio.CancelledError:
             if me is not None and me.why:  # cut off by a timeout: recorded as that, the session ends
                 rec.status, rec.error = "timeout", me.why
@@ -282,6 +290,17 @@ class SessionRuns:
             judge_error(rec, e, engine.say)
         finally:  # what the wire saw, however it ended
             rec.t_sent, rec.t_headers, rec.http_status = ex.t_sent, ex.t_headers, ex.status
+
+    def _fingerprint(self, run: _Run, turn_no: int, turn: Turn, conv: Conversation, body: bytes) -> None:
+        """Count a request written to the wire in the run's traffic fingerprints (client.fingerprint)."""
+        if turn_no == 0:
+            salt = run.session.salt
+            run.last, run.first = first_request(body, orjson.dumps(salt)[1:-1] if salt else b"")
+            self.engine.traffic.add(run.last, run.first)
+            return
+        answer = conv.messages[-2]["content"]  # the previous answer, before this turn's message
+        run.last, unsalted = later_request(run.last, run.first, turn_no, turn.max_tokens, answer, turn.text)
+        self.engine.traffic.add(run.last, unsalted)
 
     def _finish(self, rec: Record, tally: StreamTally) -> None:
         engine = self.engine

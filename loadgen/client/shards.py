@@ -149,6 +149,19 @@ def run_sharded(
     return _merge(clients)
 
 
+# Counters each worker reports that add up over the workers.
+_SUMMED = (
+    "records_degraded",
+    "records_bounded",
+    "records_unwritten",
+    "record_write_failures",
+    "not_sent",
+    "housekeeping_errors",
+    "writer_errors",
+    "internal_errors",
+)
+
+
 def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [c for c in clients if not c.get("crashed")]
     wall = max((c["wall_seconds"] for c in ok), default=0.0)
@@ -169,5 +182,6 @@ def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
         "cut_inflight": sum(c.get("cut_inflight", 0) for c in ok),
         "fast_read": all(c.get("fast_read", True) for c in ok),  # each worker's reason is under "workers"
         "records": sum(c.get("records", 0) for c in clients),
+        **{key: sum(c.get(key, 0) for c in ok) for key in _SUMMED},
         "workers": clients,
     }

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from loadgen.analysis.traffic import workload_key
 from loadgen.analysis.validity import (
     Caveat,
     Validity,
@@ -41,6 +42,7 @@ from loadgen.conformance.ci_outputs import Case, Outcome, overall_status
 from loadgen.conformance.samples import Point, load_points, select
 from loadgen.conformance.slo import Criterion, Profile
 from loadgen.errors import ConfigError
+from loadgen.redaction import Secrets
 
 __all__ = [
     "EXIT_PASS",
@@ -87,6 +89,13 @@ def _bounds(m: Measurement) -> str:
 
 
 def _reason(status: str, m: Measurement, c: Criterion) -> str:
+    out = _why(status, m, c)
+    if status == "inconclusive" and m.censored:
+        out += f"; {m.censored} censored (requests never answered)"
+    return out
+
+
+def _why(status: str, m: Measurement, c: Criterion) -> str:
     conf, limit = f"{m.confidence:.0%}", f"{c.bound:g} {c.unit}"
     if m.n == 0 or math.isnan(m.value):
         return "no samples in the window (no successful requests?)"
@@ -130,10 +139,11 @@ def _case(
         "bound": c.bound,
         "unit": c.unit,
         "point": p.index,
-        "value": _j(m.value),
-        "lo": _j(m.lo),
-        "hi": _j(m.hi),
+        "value": _finite(m.value),
+        "lower_bound": m.lower_bound,
+        **_interval("", m.lo, m.hi),
         "n": m.n,
+        "censored": m.censored,
         "n_eff": m.n_eff,
         "confidence": m.confidence,
         "method": m.method,
@@ -147,14 +157,28 @@ def _case(
         message=message,
         suite=suite,
         data=data,
-        cells=(("measured", f"{fmt_num(m.value)} {c.unit}"), ("bounds", _bounds(m)), ("limit", limit), ("n", n)),
+        cells=(("measured", _measured(m, c)), ("bounds", _bounds(m)), ("limit", limit), ("n", n)),
     )
 
 
-def _j(v: float) -> float | str | None:
-    if v != v:
-        return None
-    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+def _measured(m: Measurement, c: Criterion) -> str:
+    """The estimate, ``>= x`` where censored samples make it only a lower bound."""
+    return f"{'>= ' if m.lower_bound else ''}{fmt_num(m.value)} {c.unit}"
+
+
+def _finite(v: float) -> float | None:
+    """A figure as standard JSON: null where it is undefined or infinite."""
+    return float(v) if math.isfinite(v) else None
+
+
+def _interval(prefix: str, lo: float, hi: float) -> dict[str, float | bool | None]:
+    """An interval as standard JSON: an unbounded end is null with its ``*_unbounded`` flag set."""
+    return {
+        f"{prefix}lo": _finite(lo),
+        f"{prefix}hi": _finite(hi),
+        f"{prefix}lo_unbounded": lo == -math.inf,
+        f"{prefix}hi_unbounded": hi == math.inf,
+    }
 
 
 def _too_short(profile: Profile, p: Point) -> str | None:
@@ -198,8 +222,11 @@ def gate_run(
     baseline: Path | None = None,
     tolerance: float = 0.05,
     inconclusive: str | None = None,
+    secrets: Secrets | None = None,
 ) -> Outcome:
-    """Judge ``run_dir`` (and, with ``baseline``, its change from that run) against ``profile``."""
+    """Judge ``run_dir`` (and, with ``baseline``, its change from that run) against ``profile``.
+    ``secrets``: the command's, removed from every output (an endpoint may have echoed a key
+    into a run's error texts)."""
     run_dir, notes = Path(run_dir), []
     meta, points = load_points(run_dir, profile.slo)
     results = judge(profile, points, run_dir)
@@ -235,6 +262,7 @@ def gate_run(
         cases=cases,
         notes=notes,
         columns=("measured", "bounds", "limit", "n"),
+        secrets=secrets or Secrets(),
     )
 
 
@@ -321,11 +349,12 @@ def _baseline_case(c: Criterion, p: Point, cur: Measurement, base: Measurement, 
     msg = f"{change:+.1f}% vs baseline {fmt_num(base.value)} {c.unit}; {why}" if change == change else why
     limit = f"baseline {fmt_num(base.value)} {_bounds(base)} {'+' if c.op == '<=' else '-'}{fmt_pct(tolerance)}"
     extra = {
-        "baseline_value": _j(base.value),
-        "baseline_lo": _j(base.lo),
-        "baseline_hi": _j(base.hi),
+        "baseline_value": _finite(base.value),
+        "baseline_lower_bound": base.lower_bound,
+        **_interval("baseline_", base.lo, base.hi),
         "baseline_n": base.n,
-        "change_pct": _j(change),
+        "baseline_censored": base.censored,
+        "change_pct": _finite(change),
         "tolerance": tolerance,
     }
     return _case(c, p, "baseline", status, cur, msg, limit, extra)
@@ -334,9 +363,8 @@ def _baseline_case(c: Criterion, p: Point, cur: Measurement, base: Measurement, 
 def _comparability(meta: dict[str, Any], bmeta: dict[str, Any]) -> list[str]:
     """Differences that make a baseline comparison compare different traffic."""
     out = []
-    for key, what in (("workload", "workload"),):
-        if meta.get(key) != bmeta.get(key):
-            out.append(f"the baseline ran a different {what}: a change may come from the traffic, not the endpoint")
+    if workload_key(meta) != workload_key(bmeta):  # its salt aside: a per-run salt is expected to differ
+        out.append("the baseline ran a different workload: a change may come from the traffic, not the endpoint")
     a, b = meta.get("settings") or {}, bmeta.get("settings") or {}
     for key in ("arrival", "api", "seed", "ignore_eos", "warmup_s", "cooldown_s"):
         if a.get(key) != b.get(key):

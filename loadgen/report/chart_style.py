@@ -40,6 +40,8 @@ __all__ = [
     "legend_right",
     "empty",
     "finite",
+    "apart",
+    "thin_ticks",
     "to_svg",
     "to_png",
 ]
@@ -140,3 +142,55 @@ def finite(*arrays: ArrayLike) -> NDArray[np.bool_]:
     for v in values:
         ok &= np.isfinite(v)
     return ok
+
+
+def _text_px(fig: Figure, text: str, fontsize: float) -> tuple[float, float]:
+    """An upper estimate of a one-line label's (width, height) in pixels (DejaVu Sans's digits are
+    0.64 em, its capitals and signs up to 0.84), cheap enough to judge overlaps without drawing."""
+    scale = fig.dpi / 72.0
+    return (0.72 * fontsize * len(text) + 2.0) * scale, 1.25 * fontsize * scale
+
+
+def apart(
+    ax: Axes,
+    xy: Sequence[tuple[float, float]],
+    labels: Sequence[str],
+    *,
+    fontsize: float,
+    offset_pt: tuple[float, float] = (4.0, 4.0),
+    order: Sequence[int] | None = None,
+) -> list[int]:
+    """Which labels can be written at ``xy`` (data coordinates, text at ``offset_pt`` up and right)
+    without two overlapping: taken greedily in ``order`` (the most important first), each kept when
+    its box clears every box kept before it. Call once the axes' limits are final."""
+    ax.get_xlim(), ax.get_ylim()  # settle the autoscaled limits before transforming
+    fig = ax.get_figure()
+    assert isinstance(fig, Figure)
+    pts = ax.transData.transform(np.asarray(xy, dtype=float).reshape(-1, 2)) if len(xy) else np.empty((0, 2))
+    dx, dy = (o * fig.dpi / 72.0 for o in offset_pt)
+    kept: list[int] = []
+    boxes: list[tuple[float, float, float, float]] = []
+    for i in order if order is not None else range(len(labels)):
+        if not labels[i] or not np.isfinite(pts[i]).all():
+            continue
+        w, h = _text_px(fig, labels[i], fontsize)
+        box = (pts[i][0] + dx, pts[i][1] + dy, pts[i][0] + dx + w, pts[i][1] + dy + h)
+        if all(box[2] <= b[0] or b[2] <= box[0] or box[3] <= b[1] or b[3] <= box[1] for b in boxes):
+            kept.append(i)
+            boxes.append(box)
+    return sorted(kept)
+
+
+def thin_ticks(ax: Axes, positions: Sequence[float], labels: Sequence[str], *, fontsize: float) -> None:
+    """Category ticks on the x axis that cannot overlap: level when every label fits its slot, else
+    upright (rotated 90°) with every k-th labelled so neighbouring labels keep a line apart."""
+    fig = ax.get_figure()
+    assert isinstance(fig, Figure)
+    per = ax.get_position().width * fig.get_figwidth() * fig.dpi / max(len(labels), 1)  # px between ticks
+    widest = max((_text_px(fig, t, fontsize)[0] for t in labels), default=0.0)
+    if widest * 1.1 <= per:
+        ax.set_xticks(list(positions), list(labels), fontsize=fontsize)
+        return
+    step = max(1, int(np.ceil(_text_px(fig, "x", fontsize)[1] * 1.2 / max(per, 1e-9))))
+    shown = [t if i % step == 0 else "" for i, t in enumerate(labels)]
+    ax.set_xticks(list(positions), shown, rotation=90, fontsize=fontsize)

@@ -20,7 +20,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from loadgen.analysis.columns import Floats
-from loadgen.report.chart_style import COLORS, empty, finite, legend_right, log_scale, new_axes, new_figure, styled
+from loadgen.report.chart_style import (
+    COLORS,
+    apart,
+    empty,
+    finite,
+    legend_right,
+    log_scale,
+    new_axes,
+    new_figure,
+    styled,
+)
 
 __all__ = ["Series", "pareto_chart", "goodput_chart", "latency_chart", "overlay_chart"]
 
@@ -56,11 +66,13 @@ def pareto_chart(series: Sequence[Series], *, y_label: str, x_min_slo: float | N
     pad = max(hi - lo, hi * 0.05, 1e-9) * 0.08
     ax.set_xlim(max(0.0, lo - pad), hi + pad)
     if slo is not None:
-        ax.axvspan(slo, hi + pad, color="#2ca02c", alpha=0.08, label=f"TPOT SLO met (>= {slo:.3g})")
+        ax.axvspan(slo, hi + pad, color="#2ca02c", alpha=0.08, label=f"TPOT SLO met (>= {slo:.3g} tok/s)")
         ax.axvline(slo, color="#2ca02c", lw=1, ls="--")
     ax.set_xlabel("interactivity: per-user output tok/s (median of 1/TPOT)")
     ax.set_ylabel(y_label)
     ax.set_ylim(bottom=0)
+    if len(series) == 1:
+        _point_labels(ax, series[0])
     legend_right(ax)
     if title:
         ax.set_title(title)
@@ -84,13 +96,20 @@ def _pareto_series(ax: Axes, s: Series, color: str, overlaid: bool) -> bool:
     if fr:
         frontier = f"{s.name}: frontier" if overlaid else "Pareto frontier"
         ax.plot(x[fr], y[fr], "-o", color=color, lw=2, ms=5, label=frontier, zorder=4)
-    if not overlaid:
-        for j in np.flatnonzero(ok):
-            if j < len(s.labels) and s.labels[j]:
-                ax.annotate(
-                    s.labels[j], (x[j], y[j]), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#444"
-                )
     return True
+
+
+_LABEL_PT = 7.0
+
+
+def _point_labels(ax: Axes, s: Series) -> None:
+    """Each point's load beside it, frontier points first, leaving out a label that would overlap
+    one already written (close points at high load otherwise print over each other)."""
+    labels = [s.labels[j] if j < len(s.labels) else "" for j in range(len(s.x))]
+    order = list(dict.fromkeys([*s.frontier, *range(len(s.x))]))
+    xy = list(zip(s.x, s.y, strict=True))
+    for j in apart(ax, xy, labels, fontsize=_LABEL_PT, order=order):
+        ax.annotate(labels[j], xy[j], textcoords="offset points", xytext=(4, 4), fontsize=_LABEL_PT, color="#444")
 
 
 @styled
@@ -169,31 +188,51 @@ def latency_chart(
     *,
     load_label: str,
     bounds: dict[str, float] | None = None,
+    lower: dict[str, list[bool]] | None = None,
 ) -> Figure:
-    """Latency percentiles (ms, log scale) against load, each with its 95% interval band."""
+    """Latency percentiles (ms, log scale) against load, each with its 95% interval band.
+
+    An unbounded upper end (too few exact samples) draws the band to the top of the plot;
+    a value that is only a lower bound (``lower``: censored samples reach it) is marked ▲."""
     fig = new_figure()
     ax = new_axes(fig)
     x = np.asarray(load, dtype=float)
     order = np.argsort(x)
-    drawn = False
+    bands = []
     for i, (name, (vals, cis)) in enumerate(metrics.items()):
         v = np.asarray(vals, dtype=float)[order]
         if not np.isfinite(v).any():
             continue
-        drawn = True
         c = COLORS[i % len(COLORS)]
         ax.plot(x[order], v, "-o", ms=3, color=c, label=name)
+        lb = np.asarray((lower or {}).get(name, [False] * len(vals)), dtype=bool)[order]
+        if lb.any():
+            ax.plot(x[order][lb], v[lb], "^", ms=7, mfc="none", color=c, ls="none")
         lo = np.array([cis[j][0] for j in order], dtype=float)
         hi = np.array([cis[j][1] for j in order], dtype=float)
-        hi = np.where(np.isfinite(hi), hi, np.nan)
-        ax.fill_between(x[order], np.where(lo > 0, lo, np.nan), hi, color=c, alpha=0.12, lw=0)
-    if not drawn:
+        bands.append((np.where(lo > 0, lo, np.nan), hi, c))
+    if not bands:
         empty(ax, "no successful request to time")
         return fig
-    for name, b in (bounds or {}).items():
+    if any(np.asarray(f, dtype=bool).any() for f in (lower or {}).values()):
+        ax.plot([], [], "^", mfc="none", color="#444", ls="none", label=">= lower bound (censored)")
+    for k, (name, b) in enumerate((bounds or {}).items()):
         ax.axhline(b, ls="--", lw=1, color="#444")
-        ax.annotate(f"{name} bound {b:g} ms", (x.min(), b), textcoords="offset points", xytext=(2, 2), fontsize=7)
+        right = k % 2 == 1  # alternate sides so two close bounds' labels do not overlap
+        ax.annotate(
+            f"{name} bound {b:g} ms",
+            (float(x.max() if right else x.min()), b),
+            textcoords="offset points",
+            xytext=(-2 if right else 2, 2),
+            ha="right" if right else "left",
+            fontsize=7,
+        )
     log_scale(ax)
+    finite_hi = [float(np.max(hi[np.isfinite(hi)])) for _, hi, _ in bands if np.isfinite(hi).any()]
+    top = max([ax.get_ylim()[1], *finite_hi])  # an unbounded end reaches the top of the plot
+    for lo, hi, c in bands:
+        ax.fill_between(x[order], lo, np.where(np.isposinf(hi), top, hi), color=c, alpha=0.12, lw=0)
+    ax.set_ylim(top=top)
     ax.set_xlabel(load_label)
     ax.set_ylabel("ms (log scale)")
     legend_right(ax)

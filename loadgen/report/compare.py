@@ -16,25 +16,30 @@ from matplotlib.figure import Figure
 
 from loadgen.analysis.compare import Comparison, Verdict
 from loadgen.analysis.stats import Dist
+from loadgen.redaction import Secrets
 from loadgen.report.chart_style import to_svg
 from loadgen.report.charts import Series, overlay_chart, pareto_chart
-from loadgen.report.markup import esc, figure_html, fmt, kv_html, page
+from loadgen.report.markup import esc, figure_html, fmt, fmt_bound, kv_html, page
 
 __all__ = ["render_compare", "write_compare", "COMPARE_CHART_IDS"]
 
 COMPARE_CHART_IDS = ("pareto", "goodput", "ttft-p99", "tpot-p50")
 
 
-def _value(v: tuple[float, float, float] | None) -> str:
-    if v is None:
+def _value(v: Verdict, name: str) -> str:
+    """One run's figure: ``≥`` where censored samples make it a lower bound, "unbounded" for an open end."""
+    if name not in v.values or math.isnan(v.values[name][0]):
         return "-"
-    return f'{esc(fmt(v[0]))} <span class="ci">[{esc(fmt(v[1]))}, {esc(fmt(v[2]))}]</span>'
+    est, lo, hi = v.values[name]
+    value_lb, lo_lb = v.lower_bounds.get(name, (False, False))
+    ci = f"[{esc(fmt_bound(lo, lo_lb))}, {esc(fmt_bound(hi))}]"
+    return f'{esc(fmt_bound(est, value_lb))} <span class="ci">{ci}</span>'
 
 
 def _verdict_rows(c: Comparison, verdicts: list[Verdict]) -> str:
     rows = []
     for v in verdicts:
-        cells = "".join(f"<td>{_value(v.values.get(n))}</td>" for n in c.names)
+        cells = "".join(f"<td>{_value(v, n)}</td>" for n in c.names)
         win = f'<span class="win">{esc(v.winner)}</span>' if v.winner else '<span class="nowin">no clear winner</span>'
         if v.withheld:
             win = '<span class="nowin">withheld (suspect)</span>'
@@ -142,6 +147,10 @@ def render_compare(c: Comparison) -> str:
             '<div class="loud" id="suspect"><strong>Some of these runs are suspect; no winner is named on '
             f"their figures:</strong><ul>{items}</ul></div>"
         )
+    traffic = ""
+    if c.same_traffic is not None:
+        cls = "loud" if c.same_traffic.identical is False else "sub"
+        traffic = f'<p class="{cls}" id="traffic">{esc(c.same_traffic.line)}</p>'
     mism = ""
     if c.mismatches:
         items = "".join(f"<li>{esc(m)}</li>" for m in c.mismatches)
@@ -167,6 +176,7 @@ def render_compare(c: Comparison) -> str:
     body = [
         f"<header><h1>loadgen bake-off: {esc(' vs '.join(c.names))}</h1><p class='sub'>{slo}</p></header>",
         suspect,
+        traffic,
         mism,
         f'<section id="runs"><h2>Runs</h2><table><thead><tr><th class="l">name</th><th class="l">endpoint</th>'
         f'<th class="l">model</th><th class="l">folder</th><th>points</th><th>GPUs</th></tr></thead>'
@@ -185,8 +195,9 @@ def render_compare(c: Comparison) -> str:
     return page("loadgen compare: " + " vs ".join(c.names), "\n".join(body))
 
 
-def write_compare(c: Comparison, out_dir: Path) -> Path:
+def write_compare(c: Comparison, out_dir: Path, secrets: Secrets | None = None) -> Path:
+    """compare.html in ``out_dir``, with ``secrets`` (the command's) removed from the whole page."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "compare.html"
-    path.write_text(render_compare(c), encoding="utf-8")
+    path.write_bytes((secrets or Secrets()).redact_bytes(render_compare(c).encode("utf-8")))
     return path

@@ -16,7 +16,17 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from loadgen.report.chart_style import COLORS, empty, legend_right, log_scale, new_axes, new_figure, styled
+from loadgen.report.chart_style import (
+    COLORS,
+    apart,
+    empty,
+    legend_right,
+    log_scale,
+    new_axes,
+    new_figure,
+    styled,
+    thin_ticks,
+)
 
 __all__ = ["cdf_chart", "timeseries_chart", "server_chart", "errors_chart"]
 
@@ -35,19 +45,34 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @styled
-def cdf_chart(samples: dict[str, np.ndarray], *, x_label: str, bound: float | None = None) -> Figure:
-    """One empirical CDF per load point (log x), so tails can be compared across load."""
+def cdf_chart(
+    samples: dict[str, np.ndarray],
+    *,
+    x_label: str,
+    bound: float | None = None,
+    censored: dict[str, int] | None = None,
+) -> Figure:
+    """One empirical CDF per load point (log x), so tails can be compared across load.
+
+    ``censored``: per point, samples known only to be at least some value (requests that
+    never got a first token). They count in the curve's total but are not drawn, so the
+    curve stops at 1 - k/n: what is drawn is then a lower bound of the true CDF."""
     fig = new_figure(h=3.6)
     ax = new_axes(fig)
     drawn = False
     for i, (name, vals) in enumerate(samples.items()):
         v = np.asarray(vals, dtype=float)
         v = v[np.isfinite(v) & (v > 0)]
-        if v.size == 0:
+        k = (censored or {}).get(name, 0)
+        if v.size == 0 and not k:
             continue
         drawn = True
+        label = f"{name} (n={v.size + k:,}" + (f"; {k:,} censored)" if k else ")")  # the caption: not drawn
+        if v.size == 0:
+            ax.plot([], [], color=COLORS[i % len(COLORS)], lw=1.2, label=label)
+            continue
         xs, ys = _ecdf(v)
-        ax.step(xs, ys, where="post", color=COLORS[i % len(COLORS)], lw=1.2, label=f"{name} (n={v.size})")
+        ax.step(xs, ys * v.size / (v.size + k), where="post", color=COLORS[i % len(COLORS)], lw=1.2, label=label)
     if not drawn:
         empty(ax, "no samples")
         return fig
@@ -76,12 +101,12 @@ def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float,
         return np.array([np.nan if r.get(k) is None else r[k] for r in rows], dtype=float)
 
     a0 = axes[0]
-    a0.plot(t, col("output_tps"), color=COLORS[0], lw=1.2, label="output tok/s")
+    a0.plot(t, col("output_tps"), color=COLORS[0], lw=1.2, label="output (tok/s)")
     a0.set_ylabel("output tok/s")
     tw = a0.twinx()
     tw.grid(False)
-    tw.plot(t, col("in_flight"), color=COLORS[3], lw=1, alpha=0.8, label="in flight")
-    tw.set_ylabel("in flight")
+    tw.plot(t, col("in_flight"), color=COLORS[3], lw=1, alpha=0.8, label="in flight (requests)")
+    tw.set_ylabel("in flight (requests)")
     tw.spines["right"].set_visible(True)
     h1, l1 = a0.get_legend_handles_labels()
     h2, l2 = tw.get_legend_handles_labels()
@@ -90,20 +115,24 @@ def timeseries_chart(rows: list[dict[str, Any]], *, marks: Sequence[tuple[float,
     for i, k in enumerate(("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")):
         v = col(k)
         if np.isfinite(v).any():
-            a1.plot(t, v, lw=1, color=COLORS[i], label=k.replace("_ms", "").replace("_", " "))
+            name = k.replace("_ms", "").replace("_", " ").replace("ttft", "TTFT").replace("itl", "ITL")
+            a1.plot(t, v, lw=1, color=COLORS[i], label=f"{name} (ms)")
     log_scale(a1)
     a1.set_ylabel("ms (log)")
     legend_right(a1)
     a2 = axes[2]
-    a2.bar(t, col("errors"), width=(t[1] - t[0]) if t.size > 1 else 1.0, color=COLORS[1], label="errors")
-    a2.plot(t, col("completed"), color=COLORS[2], lw=1, label="completed ok")
+    a2.bar(t, col("errors"), width=(t[1] - t[0]) if t.size > 1 else 1.0, color=COLORS[1], label="errors (requests)")
+    a2.plot(t, col("completed"), color=COLORS[2], lw=1, label="completed ok (requests)")
     a2.set_ylabel("requests / interval")
     a2.set_xlabel("seconds since the first scheduled request")
     legend_right(a2)
     for ax in axes:
         for x0, _ in marks:
             ax.axvline(x0, color="#999", lw=0.6, ls=":")
-    for x0, label in marks:
+    top = axes[0].get_ylim()[1]
+    names = [label for _, label in marks]
+    keep = apart(axes[0], [(x0, top) for x0, _ in marks], names, fontsize=6, offset_pt=(2.0, -8.0))
+    for x0, label in (marks[i] for i in keep):  # a label that would overlap its neighbour is left out
         axes[0].annotate(
             label,
             (x0, 1.0),
@@ -134,13 +163,13 @@ def server_chart(
     def arr(v: Sequence[float | None]) -> np.ndarray:
         return np.array([np.nan if x is None else x for x in v], dtype=float)
 
-    ax.plot(t, arr(running), color=COLORS[0], lw=1.2, label="running")
-    ax.plot(t, arr(waiting), color=COLORS[1], lw=1.2, label="waiting")
+    ax.plot(t, arr(running), color=COLORS[0], lw=1.2, label="running (requests)")
+    ax.plot(t, arr(waiting), color=COLORS[1], lw=1.2, label="waiting (requests)")
     ax.set_ylabel("requests")
     ax.set_xlabel("seconds since the first scheduled request")
     tw = ax.twinx()
     tw.grid(False)
-    tw.plot(t, 100 * arr(kv_usage), color=COLORS[3], lw=1, ls="--", label="KV cache %")
+    tw.plot(t, 100 * arr(kv_usage), color=COLORS[3], lw=1, ls="--", label="KV cache used (%)")
     tw.set_ylabel("KV cache used %")
     tw.spines["right"].set_visible(True)
     h1, l1 = ax.get_legend_handles_labels()
@@ -162,9 +191,9 @@ def errors_chart(labels: Sequence[str], by_status: Sequence[dict[str, int]]) -> 
     bottom = np.zeros(len(labels))
     for i, st in enumerate(statuses):
         v = np.array([d.get(st, 0) for d in by_status], dtype=float)
-        ax.bar(x, v, bottom=bottom, color=COLORS[(i + 1) % len(COLORS)], label=st)
+        ax.bar(x, v, bottom=bottom, color=COLORS[(i + 1) % len(COLORS)], label=f"{st} (requests)")
         bottom += v
-    ax.set_xticks(x, list(labels), rotation=30, ha="right", fontsize=7)
+    thin_ticks(ax, list(x), list(labels), fontsize=7)
     ax.set_ylabel("requests in the window")
     legend_right(ax)
     return fig

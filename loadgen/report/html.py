@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
-from loadgen.analysis.stats import Dist
+from loadgen.report.banner import banner_lines
 from loadgen.report.chart_style import to_png, to_svg
 from loadgen.report.html_charts import (
     cdf_figure,
@@ -31,18 +31,12 @@ from loadgen.report.html_charts import (
     server_figure,
     timeseries_figure,
 )
+from loadgen.report.html_tables import points_section
 from loadgen.report.markup import esc, figure_html, fmt, fmt_ci, kv_html, page
 
-__all__ = ["write_report", "render_html", "CHART_IDS"]
+__all__ = ["write_report", "render_html", "report_banner", "CHART_IDS"]
 
 CHART_IDS = ("pareto", "goodput", "latency", "cdf-ttft", "cdf-itl", "timeseries", "server", "errors")
-
-
-def _pct(d: Dist, p: float, ci: bool = False) -> str:
-    if d.n == 0:
-        return "-"
-    v, lo, hi = d.pct(p)
-    return fmt_ci(v, (lo, hi)) if ci else esc(fmt(v))
 
 
 # --------------------------------------------------------------------------- the page
@@ -69,13 +63,14 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
     title = f"loadgen {'sweep' if a.is_sweep else 'run'} {m.get('run_id', '')}"
     parts = [
         _header(a),
+        _banner(a),
         '<nav><a href="#overview">overview</a><a href="#warnings">warnings</a><a href="#points">points</a>'
         + "".join(f'<a href="#{c}">{c}</a>' for c in CHART_IDS)
         + '<a href="#error-detail">error detail</a><a href="#config">configuration</a>'
         '<a href="#method">method</a></nav>',
         _overview(a),
         _warnings(a),
-        _points_table(a),
+        points_section(a),
         _charts(a, pareto_svg),
         _error_detail(a),
         _config(a),
@@ -107,7 +102,9 @@ def _charts(a: RunAnalysis, pareto_svg: str | None) -> str:
         figure_html(
             "cdf-ttft",
             to_svg(cdf_figure(a, "ttft")),
-            "Distribution of TTFT (from the intended send time) per load point.",
+            "Distribution of TTFT (from the intended send time) per load point. Requests that never got a "
+            "first token (censored: k in the legend) count in each curve's n but are not drawn, so a curve "
+            "stops at 1 − k/n.",
         ),
         figure_html(
             "cdf-itl",
@@ -147,43 +144,91 @@ def _header(a: RunAnalysis) -> str:
     )
 
 
-def _card(key: str, value: str, note: str = "") -> str:
+def report_banner(a: RunAnalysis) -> list[str]:
+    """The lines said before any figure: interrupted, suspect (``banner.banner_lines``)."""
+    points = [(p.short_label, p.validity) for p in a.points]
+    return banner_lines(a.interruption, a.validity, points, "sweep" if a.is_sweep else "run")
+
+
+def _banner(a: RunAnalysis) -> str:
+    lines = report_banner(a)
+    if not lines:
+        return ""
+    return '<div class="loud" id="banner">' + "".join(f"<p>{esc(x)}</p>" for x in lines) + "</div>"
+
+
+def _card(key: str, value: str, note: str = "", *, strong: bool = True) -> str:
+    """A headline card; ``strong``: its value is bold (a figure that is confirmed or exact)."""
     n = f'<div class="n">{note}</div>' if note else ""
-    return f'<div class="card"><div class="k">{esc(key)}</div><div class="v">{value}</div>{n}</div>'
+    cls = "v" if strong else "v weak"
+    return f'<div class="card"><div class="k">{esc(key)}</div><div class="{cls}">{value}</div>{n}</div>'
+
+
+def _meets(a: RunAnalysis, p: PointFigures) -> bool:
+    """The point met the SLO at the target attainment (point estimate) and some request succeeded."""
+    att = p.summary.slo_attainment_pct
+    return p.summary.ok > 0 and att is not None and att == att and att >= a.target_pct
+
+
+def _confirmed(a: RunAnalysis, p: PointFigures) -> bool:
+    return p.attainment_ci is not None and p.attainment_ci[0] * 100 >= a.target_pct
+
+
+def _peak_card(a: RunAnalysis) -> list[str]:
+    """Peak output tok/s: over the trusted points that meet the SLO (with one), else over those
+    where a request succeeded; says so instead of a number when none qualifies."""
+    unit = "output tok/s per GPU" if a.gpus else "output tok/s"
+    trusted = a.trusted
+    if a.slo is not None:
+        key = f"peak {unit} at SLO ({a.target_pct:g}% attainment)"
+        pool = [p for p in trusted if _meets(a, p)]
+        if not pool:
+            why = "no trusted load point met the SLO" if trusted else "no trusted load point"
+            return [_card(key, "none", esc(f"{why} ({a.slo})"), strong=False)]
+    else:
+        key = f"peak {unit} (no SLO given)"
+        pool = [p for p in trusted if p.summary.ok > 0]
+        if not pool:
+            return [_card(key, "none", "no trusted load point with a successful request", strong=False)]
+    best = max(pool, key=lambda p: p.y if p.y == p.y else -1.0)
+    note = f"at {best.short_label}"
+    if a.slo is not None:
+        sure = "confirmed" if _confirmed(a, best) else "not confirmed"
+        note += f", {fmt(best.summary.slo_attainment_pct)}% attainment ({sure})"
+    cards = [_card(key, fmt_ci(best.y, best.y_ci), esc(note), strong=a.slo is None or _confirmed(a, best))]
+    if a.slo is None:
+        cards += [_card(f"$/M output tokens at peak ({name})", esc(fmt(cost))) for name, cost in best.costs.items()]
+    return cards
+
+
+def _capacity_cards(a: RunAnalysis) -> list[str]:
+    """Capacity at SLO (bold only when confirmed), and goodput and cost there."""
+    c = a.capacity
+    if c is None or c.rate is None:
+        return [_card("capacity at SLO", "none", esc(c.note if c else "no open-loop point"), strong=False)]
+    value = f"{esc(fmt(c.rate))} req/s" + ("" if c.confirmed else " (not confirmed)")
+    cards = [
+        _card(
+            f"capacity at SLO ({a.target_pct:g}% attainment)",
+            value,
+            esc(f"{bracket_text(c.lower, c.upper)}. {c.note}"),
+            strong=c.confirmed,
+        )
+    ]
+    at = a.point_at(c.rate)
+    if at is not None:
+        s = at.summary
+        good = fmt_ci(s.goodput_rps, at.goodput_ci) + f" req/s · {esc(fmt(s.goodput_tps))} output tok/s"
+        cards.append(_card("goodput at capacity", good, esc(f"SLO: {a.slo}"), strong=c.confirmed))
+        for name, cost in at.costs.items():
+            cards.append(_card(f"$/M output tokens at capacity ({name})", esc(fmt(cost)), strong=c.confirmed))
+    return cards
 
 
 def _overview(a: RunAnalysis) -> str:
-    cards = []
-    best = max(a.points, key=lambda p: p.y if p.y == p.y else -1, default=None)
-    unit = "output tok/s per GPU" if a.gpus else "output tok/s"
-    if best is not None:
-        cards.append(_card(f"peak {unit}", fmt_ci(best.y, best.y_ci), f"at {esc(best.label)}"))
+    cards = _peak_card(a) if a.points else []
     if a.slo is not None:
-        c = a.capacity
-        if c is not None and c.rate is not None:
-            cards.append(
-                _card(
-                    f"capacity at SLO ({a.target_pct:g}% attainment)",
-                    f"{esc(fmt(c.rate))} req/s",
-                    esc(f"{bracket_text(c.lower, c.upper)}. {c.note}"),
-                )
-            )
-            at = a.point_at(c.rate)
-            if at is not None:
-                cards.append(
-                    _card(
-                        "goodput at capacity",
-                        fmt_ci(at.summary.goodput_rps, at.goodput_ci) + " req/s",
-                        esc(f"SLO: {a.slo}"),
-                    )
-                )
-                for name, cost in at.costs.items():
-                    cards.append(_card(f"$/M output tokens at capacity ({name})", esc(fmt(cost))))
-        else:
-            cards.append(_card("capacity at SLO", "none", esc(c.note if c else "no open-loop point")))
-    elif best is not None:
-        for name, cost in best.costs.items():
-            cards.append(_card(f"$/M output tokens at peak ({name})", esc(fmt(cost))))
+        cards += _capacity_cards(a)
     if a.saturation or a.is_sweep:
         cards.append(
             _card(
@@ -194,7 +239,7 @@ def _overview(a: RunAnalysis) -> str:
         )
     front = ", ".join(a.points[i].short_label for i in a.frontier)
     text = (
-        f"<p>Pareto frontier (non-dominated points, ★ in the table): {esc(front) or 'none'}.</p>" if a.is_sweep else ""
+        f"<p>Pareto frontier (non-dominated points, ★ in the tables): {esc(front) or 'none'}.</p>" if a.is_sweep else ""
     )
     return f'<section id="overview"><h2>Overview</h2><div class="cards">{"".join(cards)}</div>{text}</section>'
 
@@ -217,54 +262,6 @@ def _warnings(a: RunAnalysis) -> str:
         )
     lis = "".join(f"<li>{w}</li>" for w in items)
     return f'<section id="warnings"><h2>Validity warnings</h2><ul class="warnings">{lis}</ul></section>'
-
-
-def _points_table(a: RunAnalysis) -> str:
-    rows = "".join(_point_row(a, p) for p in a.points)
-    th = "".join(
-        f'<th class="l">{esc(h)}</th>' if i in (1, 2) else f"<th>{esc(h)}</th>" for i, h in enumerate(_head(a))
-    )
-    window = esc(a.points[0].summary.window.how) if a.points else ""
-    kinds = sorted({p.label.split(" @ ")[0] for p in a.points if p.rate is not None})
-    arrival = f" Arrivals: {esc(', '.join(kinds))}." if kinds else ""
-    return (
-        f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
-        f"measurement window ({window}); ★ marks the Pareto frontier.{arrival}</p>"
-        f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table></div>'
-        "</section>"
-    )
-
-
-def _head(a: RunAnalysis) -> list[str]:
-    """The points table's columns, in the order of ``_point_row``'s cells."""
-    head = ["#", "load", "phase", "offered req/s", "sent req/s", "completed req/s", "output tok/s [95% CI]"]
-    head += ["output tok/s/GPU"] if a.gpus is not None else []
-    head += ["total tok/s", "per-user tok/s p50", "per-user p90", "TTFT p50 ms", "TTFT p99 ms [CI]"]
-    head += ["TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms", "E2E p99 ms [CI]"]
-    head += ["goodput req/s [CI]", "SLO attainment % [CI]"] if a.slo else []
-    return head + ["lag p99 ms", "ok", "failed", "cancelled"] + [f"$/M out ({p})" for p in a.prices]
-
-
-def _point_row(a: RunAnalysis, p: PointFigures) -> str:
-    """One load point's row of the points table (frontier points marked)."""
-    s = p.summary
-    cells = [str(p.index), esc(p.short_label), esc(p.phase), esc(fmt(s.offered_rps)), esc(fmt(s.sent_rps))]
-    cells += [esc(fmt(s.completed_rps)), fmt_ci(s.output_tps, p.output_tps_ci)]
-    cells += [fmt_ci(p.y, p.y_ci)] if a.gpus is not None else []
-    cells += [esc(fmt(s.total_tps)), esc(fmt(p.x)), esc(fmt(p.per_user_p90))]
-    cells += [_pct(s.ttft, 50), _pct(s.ttft, 99, True), _pct(s.tpot, 50), _pct(s.tpot, 99)]
-    cells += [_pct(s.itl, 50), _pct(s.itl, 99), _pct(s.e2e, 50), _pct(s.e2e, 99, True)]
-    if a.slo:
-        att = p.attainment_ci
-        cells += [
-            fmt_ci(s.goodput_rps, p.goodput_ci),
-            fmt_ci(s.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None),
-        ]
-    cells += [_pct(s.schedule_lag, 99), str(s.ok), str(s.failed), str(s.cancelled)]
-    cells += [esc(fmt(p.costs.get(name))) for name in a.prices]
-    cls = ' class="frontier"' if p.on_frontier else ""
-    tds = "".join(f'<td class="l">{c}</td>' if i in (1, 2) else f"<td>{c}</td>" for i, c in enumerate(cells))
-    return f"<tr{cls}>{tds}</tr>"
 
 
 # --------------------------------------------------------------------------- text sections
@@ -331,7 +328,8 @@ def _method(a: RunAnalysis) -> str:
     slo = (
         (
             f"Goodput counts requests that finished OK inside the window and met every bound of the SLO "
-            f"({esc(a.slo)}); attainment = met / scheduled in the window, failures count as misses. Capacity at SLO "
+            f"({esc(a.slo)}); token goodput is their output tokens per second; attainment = met / scheduled in "
+            "the window, failures, cancelled and never-sent requests count as misses. Capacity at SLO "
             f"is the highest offered rate whose attainment is at least {a.target_pct:g}%; it is confirmed when the "
             "one-sided 95% Clopper-Pearson lower bound reaches the target."
         )
@@ -342,11 +340,17 @@ def _method(a: RunAnalysis) -> str:
         "Open loop: latency is measured from each request's intended send time, so queueing in the endpoint "
         "(or a client that fell behind) cannot hide latency. Schedule lag shows whether the client kept up.",
         "TTFT = first output-carrying chunk − intended send; TPOT = (last − first) / (tokens − 1) per request; "
-        "per-user speed = 1000 / TPOT per request (never throughput divided by concurrency).",
-        "Percentile intervals are distribution-free 95% order-statistic intervals; an unbounded side is shown as ∞. "
+        "per-user speed = 1000 / TPOT per request (never throughput divided by concurrency); its p10 and p1 "
+        "are the slowest users. TTFT to content is the first chunk of visible content (not reasoning).",
+        "Percentile intervals are distribution-free 95% order-statistic intervals; a side the samples cannot "
+        "bound is shown as unbounded. Censoring, not survivorship: every request scheduled in the window "
+        "counts; one that never got its first token (or never finished) counts at its wait as a lower bound, "
+        "so a percentile that reaches one is shown ≥ x. "
         "Output tok/s intervals are batch means over 8 sub-windows; goodput intervals are exact Poisson.",
         salt,
         "Cost per million output tokens = price per GPU-hour × GPUs / (output tok/s × 3600) × 10⁶.",
+        "Cached prompt % = prompt tokens the endpoint reported serving from its cache / prompt tokens it "
+        "reported, over the requests that reported both; TTFT is split by cached and not where both occur.",
     ]
     lis = "".join(f"<li>{esc(i)}</li>" for i in static) + f"<li>{slo}</li>"
     return f'<section id="method"><h2>Method</h2><ul>{lis}</ul></section>'

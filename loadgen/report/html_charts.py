@@ -88,6 +88,7 @@ def goodput_figure(a: RunAnalysis) -> Figure:
 def latency_figure(a: RunAnalysis) -> Figure:
     ps = a.points
     series: dict[str, tuple[list[float], list[tuple[float, float]]]] = {}
+    lower: dict[str, list[bool]] = {}
     for name, attr, pct in (
         ("TTFT p50", "ttft", 50),
         ("TTFT p99", "ttft", 99),
@@ -96,17 +97,19 @@ def latency_figure(a: RunAnalysis) -> Figure:
         ("ITL p99", "itl", 99),
         ("E2E p99", "e2e", 99),
     ):
-        vals, cis = [], []
+        vals, cis, flags = [], [], []
         for p in ps:
             d: Dist = getattr(p.summary, attr)
             v, lo, hi = d.pct(pct) if d.n else (math.nan, math.nan, math.nan)
             vals.append(v)
             cis.append((lo, hi))
-        series[name] = (vals, cis)
+            flags.append(d.n > 0 and d.lower_bound(pct))
+        series[f"{name} (ms)"] = (vals, cis)
+        lower[f"{name} (ms)"] = flags
     bounds = {}
     if a.slo is not None:
         bounds = {k: v for k, v in (("TTFT", a.slo.ttft_ms), ("TPOT", a.slo.tpot_ms)) if v}
-    return latency_chart([p.load for p in ps], series, load_label=a.load_unit, bounds=bounds)
+    return latency_chart([p.load for p in ps], series, load_label=a.load_unit, bounds=bounds, lower=lower)
 
 
 def _cdf_points(a: RunAnalysis) -> list[PointFigures]:
@@ -118,15 +121,20 @@ def _cdf_points(a: RunAnalysis) -> list[PointFigures]:
 
 
 def cdf_figure(a: RunAnalysis, which: str) -> Figure:
-    samples = {}
+    """One CDF per point of ``which`` ("ttft" or "itl"); TTFT's censored requests (never a first
+    token) are counted in each curve's total but not drawn, so its curve stops short of 1."""
+    samples, censored = {}, {}
     for p in _cdf_points(a):
         sub = a.table.filter(pc.equal(a.table.column("point"), pa.scalar(p.index))) if a.is_sweep else a.table
-        samples[p.short_label or f"point {p.index}"] = latency_samples(sub, p.summary.window)[which]
+        got = latency_samples(sub, p.summary.window)
+        name = p.short_label or f"point {p.index}"
+        samples[name] = got[which]
+        censored[name] = int(got["ttft_censored"].size) if which == "ttft" else 0
     bound = None
     if a.slo is not None:
         bound = a.slo.ttft_ms if which == "ttft" else a.slo.tpot_ms
     label = "TTFT ms (log)" if which == "ttft" else "inter-token latency ms (log)"
-    return cdf_chart(samples, x_label=label, bound=bound)
+    return cdf_chart(samples, x_label=label, bound=bound, censored=censored)
 
 
 def timeseries_figure(a: RunAnalysis) -> Figure:

@@ -15,9 +15,10 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from loadgen.analysis.stats import Dist
 from loadgen.specfile import builtin_dir
 
-__all__ = ["page", "esc", "fmt", "fmt_ci", "figure_html", "kv_html"]
+__all__ = ["page", "esc", "fmt", "fmt_ci", "fmt_bound", "pct_html", "figure_html", "kv_html"]
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _FALLBACK_CSS = "body{font-family:sans-serif;max-width:1180px;margin:auto}table{border-collapse:collapse}"
@@ -46,6 +47,30 @@ def fmt_ci(v: float | None, ci: tuple[float, float] | None, digits: int = 3) -> 
     if ci is None or v is None or (isinstance(v, float) and math.isnan(v)):
         return text
     return f'{text} <span class="ci">[{esc(fmt(ci[0], digits))}, {esc(fmt(ci[1], digits))}]</span>'
+
+
+def fmt_bound(v: float, lower_bound: bool = False) -> str:
+    """One figure of a percentile as text: ``≥ x`` when only a lower bound, "unbounded" for an
+    open interval end (an infinite value), "-" when missing."""
+    if isinstance(v, float) and math.isinf(v):
+        return "unbounded"
+    text = fmt(v)
+    return f"≥ {text}" if lower_bound and text != "-" else text
+
+
+def pct_html(d: Dist, p: float, ci: bool = False, censored: bool = False) -> str:
+    """Percentile ``p`` of ``d`` as a table cell: ``≥ x`` where censored samples make it a lower
+    bound, its 95% interval with ``ci`` (an open end "unbounded"), "(k censored)" with ``censored``."""
+    if d.n == 0:
+        return "-"
+    v, lo, hi = d.pct(p)
+    f = d.pct_flags(p)
+    text = esc(fmt_bound(v, f.value))
+    if ci and not math.isnan(v):
+        text += f' <span class="ci">[{esc(fmt_bound(lo, f.lo))}, {esc(fmt_bound(hi))}]</span>'
+    if censored and d.censored:
+        text += f' <span class="cens">({d.censored:,} censored)</span>'
+    return text
 
 
 def _css() -> str:

@@ -19,10 +19,11 @@ from rich.text import Text
 from loadgen.analysis.metrics import SLO, Summary, summary_to_json
 from loadgen.analysis.pareto import cost_per_million, per_gpu
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run, slo_to_json
-from loadgen.analysis.stats import Dist, json_number
+from loadgen.analysis.stats import Dist
+from loadgen.analysis.validity import validity_json
 from loadgen.records import write_json
-from loadgen.report.html import write_report
-from loadgen.report.markup import fmt
+from loadgen.report.html import report_banner, write_report
+from loadgen.report.markup import fmt, fmt_bound
 
 __all__ = [
     "SweepReport",
@@ -38,14 +39,15 @@ __all__ = [
 def point_columns(gpus: float | None, prices: dict[str, float], slo: SLO | None) -> list[str]:
     cols = ["#", "load", "offered/s", "done/s", "out tok/s"]
     cols += ["/GPU"] if gpus else []
-    cols += ["user tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p99"]
+    cols += ["user tok/s p50", "p10", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p99"]
     cols += ["goodput/s", "SLO %"] if slo else []
     cols += ["errors"] + [f"$/M {n}" for n in prices]
     return cols
 
 
 def _p(d: Dist, p: float) -> str:
-    return fmt(d.pct(p)[0]) if d.n else "-"
+    """A percentile, ``≥ x`` where censored samples make it a lower bound."""
+    return fmt_bound(d.pct(p)[0], d.lower_bound(p)) if d.n else "-"
 
 
 def point_cells(
@@ -61,14 +63,17 @@ def point_cells(
     HTML report has every percentile with its interval)."""
     cells = [f"{index}{' *' if frontier else ''}", label, fmt(s.offered_rps), fmt(s.completed_rps), fmt(s.output_tps)]
     cells += [fmt(per_gpu(s.output_tps, gpus))] if gpus else []
-    cells += [_p(s.per_user_tps, 50), _p(s.ttft, 50), _p(s.ttft, 99), _p(s.tpot, 50), _p(s.e2e, 99)]
+    cells += [_p(s.per_user_tps, 50), _p(s.per_user_tps, 10), _p(s.ttft, 50), _p(s.ttft, 99), _p(s.tpot, 50)]
+    cells += [_p(s.e2e, 99)]
     cells += [fmt(s.goodput_rps), fmt(s.slo_attainment_pct)] if slo else []
     cells += [str(s.failed + s.cancelled)]
     cells += [fmt(cost_per_million(s.output_tps, price, gpus or 1.0)) for price in prices.values()]
     return cells
 
 
-def points_table(a: RunAnalysis, title: str = "load points (* = Pareto frontier; latencies in ms)") -> Table:
+def points_table(
+    a: RunAnalysis, title: str = "load points (* = Pareto frontier; latencies in ms; >= x: a lower bound)"
+) -> Table:
     t = Table(title=title, show_edge=False)
     for c in point_columns(a.gpus, a.prices, a.slo):
         t.add_column(c, justify="left" if c == "load" else "right")
@@ -104,6 +109,8 @@ class SweepReport:
     def print(self, console: Console | None = None) -> None:
         console = console or Console()
         a = self.analysis
+        for line in report_banner(a):  # first: an interrupted sweep or a suspect point is said before any figure
+            console.print(Text(line, style="bold red"))
         console.print(points_table(a))
         console.print(frontier_table(a))
         for line in headline(a):
@@ -140,33 +147,59 @@ def headline(a: RunAnalysis) -> list[str]:
     return out
 
 
-def _point_json(p: PointFigures) -> dict[str, Any]:
+def _num(v: float | None) -> float | int | None:
+    """A number for JSON: null where NaN, infinite or missing (an infinite bound has its own flag)."""
+    if v is None or isinstance(v, bool) or not math.isfinite(v):
+        return None
+    return v
+
+
+def _interval(ci: tuple[float, float] | None, scale: float = 1.0) -> dict[str, Any] | None:
+    """An interval as {lo, hi, lo_unbounded, hi_unbounded} (strict JSON: no "inf")."""
+    if ci is None:
+        return None
+    lo, hi = ci
+    return {
+        "lo": _num(lo * scale),
+        "hi": _num(hi * scale),
+        "lo_unbounded": lo == -math.inf,
+        "hi_unbounded": hi == math.inf,
+    }
+
+
+def _point_json(a: RunAnalysis, p: PointFigures) -> dict[str, Any]:
+    s = p.summary
+    slow10, slow1 = s.per_user_slow
     return {
         "index": p.index,
         "label": p.label,
         "phase": p.phase,
         "rate": p.rate,
         "concurrency": p.concurrency,
-        "per_user_tps_p50": json_number(p.x),
-        "per_user_tps_p90": json_number(p.per_user_p90),
-        "output_tps_ci": [json_number(v) for v in p.output_tps_ci],
-        "output_tps_per_gpu": json_number(p.y) if p.gpus else None,
-        "attainment_ci": [json_number(v) for v in p.attainment_ci] if p.attainment_ci else None,
-        "goodput_ci": [json_number(v) for v in p.goodput_ci] if p.goodput_ci else None,
-        "cost_per_million_output": {k: json_number(v) for k, v in p.costs.items()},
+        "per_user_tps_p50": _num(p.x),
+        "per_user_tps_p10": _num(slow10),
+        "per_user_tps_p1": _num(slow1),
+        "output_tps_ci": _interval(p.output_tps_ci),
+        "output_tps_per_gpu": _num(p.y) if p.gpus else None,
+        "attainment_pct_ci": _interval(p.attainment_ci, 100.0),
+        "goodput_rps_ci": _interval(p.goodput_ci),
+        "cost_per_million_output": {k: _num(v) for k, v in p.costs.items()},
         "on_frontier": p.on_frontier,
-        "warnings": p.warnings,
-        "summary": summary_to_json(p.summary),
+        "validity": validity_json(p.caveats, a.validity),
+        "summary": summary_to_json(s),
     }
 
 
 def analysis_json(a: RunAnalysis) -> dict[str, Any]:
+    """A sweep's summary.json: strict JSON, units in the key names, every warning as {code, message}."""
     c = a.capacity
     return {
         "run_id": a.meta.get("run_id"),
         "endpoint": a.meta.get("endpoint"),
         "model": a.meta.get("model"),
         "sweep": True,
+        "interruption": a.interruption,
+        "validity": validity_json(a.caveats),
         "slo": slo_to_json(a.slo, a.slo_name, a.target_pct),
         "gpus": a.gpus,
         "prices": a.prices,
@@ -176,14 +209,14 @@ def analysis_json(a: RunAnalysis) -> dict[str, Any]:
         if c is None
         else {
             "rate": c.rate,
-            "lower": json_number(c.lower),
-            "upper": json_number(c.upper),
+            "lower": _num(c.lower),
+            "upper": _num(c.upper),
+            "upper_unbounded": c.upper == math.inf,
             "confirmed": c.confirmed,
             "target_pct": c.target_pct,
             "note": c.note,
         },
-        "warnings": a.warnings,
-        "points": [_point_json(p) for p in a.points],
+        "points": [_point_json(a, p) for p in a.points],
     }
 
 

@@ -2,6 +2,7 @@
 
 A figure that is only a lower bound (censored samples: requests that never got what it
 times count as at least their elapsed time) is shown ``>= x``; an unbounded interval end ∞.
+An interrupted or suspect run says so on the first line (``banner``), before any figure.
 """
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ from rich.text import Text
 from loadgen.analysis.metrics import Summary
 from loadgen.analysis.run_summary import RunReport
 from loadgen.analysis.stats import Dist
+from loadgen.report.banner import banner_lines
 
-__all__ = ["print_run", "latency_table", "throughput_table"]
+__all__ = ["print_run", "latency_table", "throughput_table", "token_lines"]
 
 
 def print_run(report: RunReport, console: Console | None = None) -> None:
     """The run's header, latency and throughput tables, and its warnings."""
     console = console or Console()
     s = report.summary
+    for line in banner_lines(report.interruption, report.validity):
+        console.print(Text(line, style="bold red"))
     console.print(header_text(report.meta, s))
     console.print(latency_table(s))
     console.print(throughput_table(s))
+    for line in token_lines(s):
+        console.print(line)
     for w in report.warnings:
         console.print(Text("warning: " + w, style="yellow"))
     console.print(f"records: {report.run_dir / 'records.parquet'}")
@@ -72,18 +78,49 @@ def latency_table(s: Summary) -> Table:
     rows = (
         ("TTFT (from schedule)", s.ttft),
         ("TTFT (from send)", s.ttft_sent),
+        *((("TTFT to content (not reasoning)", s.ttft_content),) if s.content_after_first else ()),
+        *(
+            (("TTFT, prompt partly cached", s.ttft_ms_cached), ("TTFT, prompt not cached", s.ttft_ms_uncached))
+            if s.ttft_ms_cached is not None and s.ttft_ms_uncached is not None
+            else ()
+        ),
         ("TPOT", s.tpot),
         ("ITL", s.itl),
         ("ICL (chunk gaps)", s.icl),
         ("E2E", s.e2e),
         ("schedule lag", s.schedule_lag),
-        ("per-user tok/s", s.per_user_tps),
-    )
+    )  # per-user speed (tok/s, slow tail) is one of ``token_lines``
     for name, d in rows:
         n = f"{d.n} ({d.censored} censored)" if d.censored else str(d.n)
         mean = _fmt(d.mean, d.mean_lower_bound) if d.n else "-"
         t.add_row(name, n, mean, *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9")))
     return t
+
+
+def token_lines(s: Summary) -> list[str]:
+    """The slow users, token goodput, cached prompt tokens and reasoning tokens, one line each where known."""
+    out = []
+    if s.per_user_tps.n:
+        p10, p1 = s.per_user_slow
+        out.append(
+            f"per-user tok/s: p50 {_fmt(s.per_user_tps.pct(50)[0])}, slowest users p10 {_fmt(p10)}, p1 {_fmt(p1)}"
+        )
+    if s.goodput_tps is not None:
+        out.append(f"goodput: {_fmt(s.goodput_rps or 0.0)} req/s, {_fmt(s.goodput_tps)} output tok/s meeting the SLO")
+    if s.cached_prompt_fraction is not None:
+        line = (
+            f"cached prompt tokens: {100 * s.cached_prompt_fraction:.1f}% "
+            f"({s.cached_prompt_tokens:,} reported cached, {s.cached_reported:,} requests reported)"
+        )
+        if s.ttft_ms_cached is not None and s.ttft_ms_uncached is not None:
+            line += f"; TTFT p50 {_cell(s.ttft_ms_cached, 'p50')} ms cached, {_cell(s.ttft_ms_uncached, 'p50')} not"
+        out.append(line)
+    if s.reasoning_reported:
+        out.append(
+            f"reasoning tokens: {s.reasoning_tokens:,} ({_fmt(s.reasoning_output_pct)}% of the output of the "
+            f"{s.reasoning_reported:,} requests that reported them)"
+        )
+    return out
 
 
 def throughput_table(s: Summary) -> Table:

@@ -30,7 +30,7 @@ import pyarrow as pa
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.points import PointJson, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
-from loadgen.analysis.validity import compact_warnings, validity_warnings
+from loadgen.analysis.validity import Caveat, Validity, point_caveats
 from loadgen.client.endpoint import discover_model, endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
@@ -84,7 +84,7 @@ class PointResult:
     summary: Summary
     observation: Observation
     client: dict[str, Any]
-    warnings: list[str]
+    caveats: list[Caveat]
 
 
 @dataclass
@@ -308,12 +308,10 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
     window, problem = point_window(table, ps.warmup_s)
     summary = summarize(table, window, settings.slo)
     rate = step.rate if step.arrival.kind != "closed" else summary.offered_rps
-    obs = observe(summary, rate, settings.base.lag_limit_ms)
-    if client.get("sends_delayed_by_max_inflight") or client.get("cpu_utilisation", 0.0) >= 0.95:
-        obs = replace(obs, client_limited=True)
-    warns = validity_warnings(summary, lag_p99_limit_ms=settings.base.lag_limit_ms) if summary.requests else []
-    warns = compact_warnings(warns) + ([problem] if problem else [])
-    return PointResult(k, step, summary, obs, client, warns)
+    caveats = point_caveats({"phase": step.phase, "client": client}, summary, settings.base.lag_limit_ms)
+    caveats += [Caveat("window_fallback", problem)] if problem else []
+    obs = observe(summary, rate, settings.base.lag_limit_ms, client=client, validity=Validity.of(caveats))
+    return PointResult(k, step, summary, obs, client, caveats)
 
 
 def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult | None) -> dict[str, Any]:

@@ -71,6 +71,7 @@ class SyntheticChat:
         return Session(
             session=i,
             turns=(Turn(text=salt + body, max_tokens=self.output_tokens, prompt_tokens=n),),
+            salt=salt,
         )
 
     def offsets_ns(self) -> npt.NDArray[np.int64] | None:
@@ -108,18 +109,20 @@ def _window(seed: int, i: int, n: int) -> npt.NDArray[np.int16]:
     return stream[start : start + n]
 
 
-def with_prefix(s: Session, text: str, n: int) -> Session:
-    """``s`` with ``text`` (n tokens) at the very start of its context (and its children's)."""
+def with_prefix(s: Session, text: str, n: int, salt: str = "") -> Session:
+    """``s`` with ``text`` (n tokens) at the very start of its context (and its children's);
+    ``salt``, when given, is the part of ``text`` it starts with that is the run's salt."""
     if not text:
         return s
     turns = tuple(
-        replace(t, prompt_tokens=t.prompt_tokens + n, children=tuple(with_prefix(c, text, n) for c in t.children))
+        replace(t, prompt_tokens=t.prompt_tokens + n, children=tuple(with_prefix(c, text, n, salt) for c in t.children))
         for t in s.turns
     )
+    salted = salt or s.salt
     if s.system:
-        return replace(s, system=text + s.system, turns=turns)
+        return replace(s, system=text + s.system, turns=turns, salt=salted)
     first = turns[0]
-    return replace(s, turns=(replace(first, text=text + first.text), *turns[1:]))
+    return replace(s, turns=(replace(first, text=text + first.text), *turns[1:]), salt=salted)
 
 
 def renumber(s: Session, i: int) -> Session:
@@ -154,7 +157,7 @@ class Base:
         s = self._build(j)
         if i != j:
             s = renumber(s, i)
-        return with_prefix(s, *self.text.prefix(cycle))
+        return with_prefix(s, *self.text.prefix(cycle), salt=self.text.salt_text)
 
     def _build(self, j: int) -> Session:
         raise NotImplementedError

@@ -41,6 +41,9 @@ class Session:
     turns: tuple[Turn, ...]
     system: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # extra request-body fields
+    # The run's salt at the very start of this session's context (its system prompt, else its
+    # first turn): the engine leaves it out of the run's salt-free traffic fingerprint.
+    salt: str = ""
 
 
 class Conversation:

@@ -308,12 +308,12 @@ class StreamTally:
                     self.t_first_content = first = t_ns
                 k = 1
                 if usage:
-                    k = self._usage.take(usage, len(self.chunk_ns))
+                    k = self._usage.take(usage, self.chunk_ns)
                 elif self._learns and len(choices) == 1:
                     self._learn(payload, obj)
                 self.chunk_tokens.append(k)
             elif usage:
-                self._usage.take(usage, 0)
+                self._usage.take(usage, None)
 
     def _by_template(self, payloads: list[bytes], i: int, fit: Fit, bulk: bool, t_ns: int) -> int:
         """Count the events from ``payloads[i]`` that fit the template: a run of them in

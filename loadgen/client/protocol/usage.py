@@ -89,14 +89,15 @@ class Usage:
         self._last: int | None = None  # completion_tokens of the last usage seen
         self._problems = problems
 
-    def take(self, usage: Any, chunks: int) -> int:
+    def take(self, usage: Any, chunks: list[int] | None) -> int:
         """Record a chunk's usage; return the chunk's token count (1 unless running usage).
 
-        ``chunks``: 0 for a chunk without output, else the number of output chunks so
-        far, this one included. Running usage gives a chunk its exact count when there
-        is a baseline: an earlier usage, or none needed because this is the first
-        output chunk. A usage first seen on a later output chunk is a final total
-        riding on the last chunk (some servers do that), not a running count.
+        ``chunks``: None for a chunk without output, else the times of the output
+        chunks so far, this one's included (only its length is read, and only once).
+        Running usage gives a chunk its exact count when there is a baseline: an
+        earlier usage, or none needed because this is the first output chunk. A
+        usage first seen on a later output chunk is a final total riding on the last
+        chunk (some servers do that), not a running count.
         """
         if type(usage) is not dict:
             self._problems.flag("usage", f"usage is not an object ({clean_text(repr(usage)[:80], 40)})")
@@ -129,7 +130,7 @@ class Usage:
         last = self._last
         if last is None:
             self.completion_tokens = self._last = ct
-            if chunks != 1:  # no output yet, or a total on a later chunk
+            if chunks is None or len(chunks) != 1:  # no output yet, or a total on a later chunk
                 return 1
             last = 0
         elif ct < last:
@@ -138,7 +139,7 @@ class Usage:
         else:
             self.completion_tokens = self._last = ct
         rise = ct - last + self.carry
-        if not chunks:
+        if chunks is None:
             self.carry = rise
             return 1
         self.carry = 0

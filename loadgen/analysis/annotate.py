@@ -1,0 +1,165 @@
+"""Annotating a compacted run: which rows the report counted, and how each one counted.
+
+A report's figures depend on choices made at report time (the measurement window, and the
+censoring rule: docs/metrics.md). ``annotation`` computes them per row from the records and
+the windows the summary used: ``in_window``, and each request's TTFT, E2E and TPOT exactly as
+the summary's distributions hold them (``columns.Latencies``, the same code), with whether the
+value is censored. ``annotate_run`` writes them into records.parquet
+(``record_annotation.annotate``) with the run's id and each point's window as metadata, so a
+one-line query reproduces the report (docs/metrics.md, "Querying the records"), e.g. in duckdb
+``SELECT quantile_disc(ttft_ms, 0.99) FROM 'records.parquet' WHERE in_window``.
+
+A sweep's points each have their own window and their own end of observation, so each is
+computed over its own rows (the ``point`` column), as ``points.analyze_run`` does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, int_column
+from loadgen.analysis.window import Window, choose_window
+from loadgen.record_annotation import METADATA_PREFIX, annotate
+from loadgen.records import PARQUET_NAME, read_records, read_run_meta
+
+__all__ = ["Annotation", "annotation", "annotate_run", "report_windows", "PERCENTILE_RULE", "EXAMPLE_QUERY"]
+
+PERCENTILE_RULE = (
+    "nearest rank: the p-th percentile is the value at rank ceil(p/100 * n) (at least 1) of the n "
+    "non-null in-window values sorted ascending; duckdb quantile_disc, numpy method='inverted_cdf'"
+)
+EXAMPLE_QUERY = "SELECT point, quantile_disc(ttft_ms, 0.99) FROM 'records.parquet' WHERE in_window GROUP BY point"
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """Per row of the table: ``in_window`` and the derived columns (``record_annotation.DERIVED``);
+    ``metadata`` for the file's footer (str to str)."""
+
+    in_window: Mask
+    derived: dict[str, pa.Array[Any]]
+    metadata: dict[str, str]
+
+
+def annotation(
+    table: pa.Table, windows: Window | Mapping[int, Window], *, sweep: bool = False, run_id: str | None = None
+) -> Annotation:
+    """The annotation of ``table`` (a run's records, in file order) for ``windows``: one window
+    for a single run (every row), or a sweep's windows by point index (``sweep=True``: each over
+    the rows of its point; a point without a window counts nowhere: not in_window, no values)."""
+    n = table.num_rows
+    by_point = dict(windows) if isinstance(windows, Mapping) else {0: windows}
+    if not sweep and set(by_point) != {0}:
+        raise ValueError(f"a single run has one window (point 0), got points {sorted(by_point)}")
+    point = int_column(table, "point")[0]
+    inwin = np.zeros(n, dtype=np.bool_)
+    values = {name: np.full(n, np.nan) for name in ("ttft", "ttft_c", "e2e", "e2e_c", "tpot")}
+    described = []
+    for k, w in sorted(by_point.items()):
+        rows = np.flatnonzero(point == k) if sweep else np.arange(n)
+        c = Cols.of(table.take(rows) if sweep else table)
+        lat = Latencies.of(c)
+        inwin[rows] = w.contains(c.t_sched)
+        for name in values:
+            values[name][rows] = getattr(lat, name)
+        described.append(_window_json(k, w, c.observed_end_ns() if c.n else 0, int(inwin[rows].sum())))
+    ttft, ttft_c = _with_censored(values["ttft"], values["ttft_c"])
+    e2e, e2e_c = _with_censored(values["e2e"], values["e2e_c"])
+    derived = {
+        "ttft_ms": ttft,
+        "ttft_censored": ttft_c,
+        "e2e_ms": e2e,
+        "e2e_censored": e2e_c,
+        "tpot_ms": _floats(values["tpot"]),
+    }
+    rid = run_id if run_id is not None else _first_run_id(table)
+    metadata = {
+        f"{METADATA_PREFIX}run_id": rid,
+        f"{METADATA_PREFIX}windows": orjson.dumps(described).decode(),
+        f"{METADATA_PREFIX}percentiles": PERCENTILE_RULE,
+        f"{METADATA_PREFIX}example_query": EXAMPLE_QUERY,
+    }
+    return Annotation(inwin, derived, metadata)
+
+
+def annotate_run(
+    run_dir: str | os.PathLike[str],
+    windows: Window | Mapping[int, Window] | None = None,
+    *,
+    table: pa.Table | None = None,
+) -> Path | None:
+    """Write the annotation of ``run_dir``'s records.parquet for the windows its summary used
+    (``report.summary.window`` of a run; ``{p.index: p.summary.window for p in analysis.points}``
+    of a sweep; None: ``report_windows``, the windows run.json's settings give). ``table`` is
+    the records as ``read_records`` returned them, to save reading them again. A run whose
+    records were never compacted (no Parquet file) is left as it is: None."""
+    run = Path(run_dir)
+    if not (run / PARQUET_NAME).exists():
+        return None
+    meta = read_run_meta(run)
+    records = table if table is not None else read_records(run)
+    chosen = windows if windows is not None else report_windows(meta, records)
+    run_id = meta.get("run_id")
+    a = annotation(records, chosen, sweep="points" in meta, run_id=run_id if isinstance(run_id, str) else None)
+    return annotate(run, a.in_window, a.metadata, a.derived)
+
+
+def report_windows(meta: Mapping[str, Any], table: pa.Table) -> Window | dict[int, Window]:
+    """The windows a report chooses from run.json's settings: a run's from its warm-up and
+    cool-down (``run_summary.summarize_run``), each sweep point's from its own
+    (``points.point_window``, which falls back to the whole point when warm-up leaves none)."""
+    from loadgen.analysis.points import point_window
+
+    if "points" not in meta:
+        s = meta.get("settings") or {}
+        return choose_window(table, warmup_s=s.get("warmup_s", 0.0), cooldown_s=s.get("cooldown_s", 0.0))
+    point = int_column(table, "point")[0]
+    out = {}
+    for pm in meta["points"]:
+        k = int(pm["index"])
+        rows = table.take(np.flatnonzero(point == k))
+        out[k] = point_window(rows, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))[0]
+    return out
+
+
+def _window_json(point: int, w: Window, observed_end_ns: int, requests: int) -> dict[str, Any]:
+    return {
+        "point": point,
+        "start_ns": w.start_ns,
+        "end_ns": w.end_ns,
+        "t0_ns": w.t0_ns,
+        "how": w.how,
+        "warmup_s": w.warmup_s,
+        "cooldown_s": w.cooldown_s,
+        "warmup_requests": w.warmup_requests,
+        "cooldown_requests": w.cooldown_requests,
+        "observed_end_ns": observed_end_ns,  # where a request that never ended is censored
+        "requests_in_window": requests,
+    }
+
+
+def _with_censored(exact: Floats, censored: Floats) -> tuple[pa.Array[Any], pa.Array[Any]]:
+    """(value: exact, else censored; null where neither), (whether censored; null where neither)."""
+    is_c = ~np.isnan(censored)
+    value = np.where(is_c, censored, exact)
+    none = np.isnan(value)
+    return _floats(value), pa.array(is_c, pa.bool_(), mask=none)
+
+
+def _floats(x: Floats) -> pa.Array[Any]:
+    return pa.array(x, pa.float64(), mask=np.isnan(x))
+
+
+def _first_run_id(table: pa.Table) -> str:
+    if table.num_rows == 0:
+        return ""
+    value = table.column("run_id")[0].as_py()
+    return value if isinstance(value, str) else ""

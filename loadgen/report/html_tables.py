@@ -1,0 +1,169 @@
+"""report.html's load-point tables: throughput, outcomes and SLO, latency, users and tokens.
+
+One wide table of every figure would scroll sideways on a laptop screen, so the points
+are shown in several narrower tables, one row per load point in each, that fit a
+1280-px window (cells wrap; nothing scrolls). A percentile that censored samples make a
+lower bound is shown ``≥ x`` (``markup.pct_html``); an open interval end "unbounded".
+Columns that only some endpoints fill (TTFT to the first visible content, cached
+prompt tokens, reasoning tokens) appear only when a point has them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from loadgen.analysis.points import PointFigures, RunAnalysis
+from loadgen.report.markup import esc, fmt, fmt_ci, pct_html
+
+__all__ = ["points_section", "LATENCY_CAPTION"]
+
+LATENCY_CAPTION = (
+    "Latencies in ms, from each request's intended send time; p99 with its 95% interval. "
+    "≥ x: a lower bound; requests never answered count at their wait (censored), so the true "
+    "value may be higher; an interval end that the samples cannot bound is \u201cunbounded\u201d."
+)
+
+Cell = Callable[[PointFigures], str]
+
+
+def _table(a: RunAnalysis, columns: Sequence[tuple[str, Cell]], table_id: str) -> str:
+    """One table of the points: ``#`` and load first, then ``columns`` (header, cell of a point)."""
+    cols: list[tuple[str, Cell]] = [("#", lambda p: str(p.index)), ("load", lambda p: esc(p.short_label))]
+    cols += columns
+    th = "".join(f'<th class="l">{esc(h)}</th>' if i == 1 else f"<th>{esc(h)}</th>" for i, (h, _) in enumerate(cols))
+    rows = []
+    for p in a.points:
+        marks = [c for c in ("frontier" if p.on_frontier else "", "suspect" if _suspect(a, p) else "") if c]
+        cls = f' class="{" ".join(marks)}"' if marks else ""
+        tds = "".join(f'<td class="l">{f(p)}</td>' if i == 1 else f"<td>{f(p)}</td>" for i, (_, f) in enumerate(cols))
+        rows.append(f"<tr{cls}>{tds}</tr>")
+    return f'<table class="points" id="{table_id}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _suspect(a: RunAnalysis, p: PointFigures) -> bool:
+    return a.point_validity(p).withholding.suspect
+
+
+def _throughput(a: RunAnalysis) -> list[tuple[str, Cell]]:
+    cols: list[tuple[str, Cell]] = [
+        ("phase", lambda p: esc(p.phase)),
+        ("offered req/s", lambda p: esc(fmt(p.summary.offered_rps))),
+        ("sent req/s", lambda p: esc(fmt(p.summary.sent_rps))),
+        ("completed req/s", lambda p: esc(fmt(p.summary.completed_rps))),
+        ("output tok/s [95% CI]", lambda p: fmt_ci(p.summary.output_tps, p.output_tps_ci)),
+    ]
+    if a.gpus is not None:
+        cols.append(("output tok/s per GPU [CI]", lambda p: fmt_ci(p.y, p.y_ci)))
+    cols.append(("total tok/s", lambda p: esc(fmt(p.summary.total_tps))))
+    cols += [(f"$/M output tokens ({name})", _cost(name)) for name in a.prices]
+    return cols
+
+
+def _cost(name: str) -> Cell:
+    return lambda p: esc(fmt(p.costs.get(name)))
+
+
+def _outcomes(a: RunAnalysis) -> list[tuple[str, Cell]]:
+    cols: list[tuple[str, Cell]] = []
+    if a.slo is not None:
+        cols += [
+            ("goodput req/s [CI]", lambda p: fmt_ci(p.summary.goodput_rps, p.goodput_ci)),
+            ("goodput output tok/s", lambda p: esc(fmt(p.summary.goodput_tps))),
+            ("SLO attainment % [CI]", _attainment),
+        ]
+    cols += [
+        ("requests", lambda p: f"{p.summary.requests:,}"),
+        ("ok", lambda p: f"{p.summary.ok:,}"),
+        ("failed", lambda p: f"{p.summary.failed:,}"),
+        ("cancelled", lambda p: f"{p.summary.cancelled:,}"),
+    ]
+    if any(p.summary.not_sent for p in a.points):
+        cols.append(("not sent", lambda p: f"{p.summary.not_sent:,}"))
+    return cols
+
+
+def _attainment(p: PointFigures) -> str:
+    att = p.attainment_ci
+    return fmt_ci(p.summary.slo_attainment_pct, (att[0] * 100, att[1] * 100) if att else None)
+
+
+def _latency() -> list[tuple[str, Cell]]:
+    return [
+        ("TTFT p50", lambda p: pct_html(p.summary.ttft, 50)),
+        ("TTFT p99 [CI]", lambda p: pct_html(p.summary.ttft, 99, ci=True, censored=True)),
+        ("TPOT p50", lambda p: pct_html(p.summary.tpot, 50)),
+        ("TPOT p99", lambda p: pct_html(p.summary.tpot, 99)),
+        ("ITL p50", lambda p: pct_html(p.summary.itl, 50)),
+        ("ITL p99", lambda p: pct_html(p.summary.itl, 99)),
+        ("E2E p50", lambda p: pct_html(p.summary.e2e, 50)),
+        ("E2E p99 [CI]", lambda p: pct_html(p.summary.e2e, 99, ci=True, censored=True)),
+        ("schedule lag p99", lambda p: pct_html(p.summary.schedule_lag, 99)),
+    ]
+
+
+def _users_and_tokens(a: RunAnalysis) -> list[tuple[str, Cell]]:
+    cols: list[tuple[str, Cell]] = [
+        ("per-user tok/s p50", lambda p: pct_html(p.summary.per_user_tps, 50)),
+        ("p10 (slow)", lambda p: pct_html(p.summary.per_user_tps, 10)),
+        ("p1 (slowest)", lambda p: pct_html(p.summary.per_user_tps, 1)),
+    ]
+    if any(p.summary.content_after_first for p in a.points):
+        cols += [
+            ("TTFT to content p50 ms", lambda p: pct_html(p.summary.ttft_content, 50)),
+            ("TTFT to content p99 ms", lambda p: pct_html(p.summary.ttft_content, 99, censored=True)),
+        ]
+    if any(p.summary.cached_reported for p in a.points):
+        cols += [
+            ("cached prompt %", _cached_pct),
+            ("TTFT p50 ms cached / not", _cached_split),
+        ]
+    if any(p.summary.reasoning_reported for p in a.points):
+        cols += [
+            ("reasoning tokens", lambda p: f"{p.summary.reasoning_tokens:,}" if p.summary.reasoning_reported else "-"),
+            ("reasoning % of output", lambda p: esc(fmt(p.summary.reasoning_output_pct))),
+        ]
+    return cols
+
+
+def _cached_pct(p: PointFigures) -> str:
+    f = p.summary.cached_prompt_fraction
+    return esc(fmt(100.0 * f)) if f is not None else "-"
+
+
+def _cached_split(p: PointFigures) -> str:
+    hit, miss = p.summary.ttft_ms_cached, p.summary.ttft_ms_uncached
+    if hit is None or miss is None:
+        return "-"
+    return f"{pct_html(hit, 50)} / {pct_html(miss, 50)}"
+
+
+def points_section(a: RunAnalysis) -> str:
+    """The "points" section: its tables, each with a caption of what it shows."""
+    window = esc(a.points[0].summary.window.how) if a.points else ""
+    kinds = sorted({p.label.split(" @ ")[0] for p in a.points if p.rate is not None})
+    arrival = f" Arrivals: {esc(', '.join(kinds))}." if kinds else ""
+    blocks = [
+        ("Throughput", "", _table(a, _throughput(a), "points-throughput")),
+        (
+            "Outcomes and SLO" if a.slo else "Outcomes",
+            "Goodput counts requests that met every SLO bound; goodput tok/s is their output tokens per second."
+            if a.slo
+            else "",
+            _table(a, _outcomes(a), "points-outcomes"),
+        ),
+        ("Latency (ms)", LATENCY_CAPTION, _table(a, _latency(), "points-latency")),
+        (
+            "Per-user speed and tokens",
+            "Per-user speed is 1000 / TPOT per request; p10 and p1 are the slowest users (TPOT p90, p99).",
+            _table(a, _users_and_tokens(a), "points-users"),
+        ),
+    ]
+    body = "".join(
+        f"<h3>{esc(h)}</h3>" + (f'<p class="sub">{esc(cap)}</p>' if cap else "") + f'<div class="fit">{t}</div>'
+        for h, cap, t in blocks
+    )
+    return (
+        f'<section id="points"><h2>Load points</h2><p class="sub">Each point counts the requests scheduled in its '
+        f"measurement window ({window}); ★ marks the Pareto frontier, ⚠ a suspect point (see Validity)."
+        f"{arrival}</p>{body}</section>"
+    )
