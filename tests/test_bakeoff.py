@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from fake_wire import MS, Answer, FakeTransport, Read, run, tail
 
-from loadgen.analysis.bakeoff import cache_warmth, prompt_cache, traffic_match
+from loadgen.analysis.prompt_cache import cache_figures, cache_warmth
 from loadgen.client.config import Plan
 from loadgen.client.fingerprint import Traffic, digest, first_request, later_request, merge_traffic
 from loadgen.errors import ConfigError
@@ -27,7 +27,7 @@ from loadgen.records import SCHEMA, read_records
 from loadgen.workload.base import Workload
 from loadgen.workload.load import load_workload
 from loadgen.workload.reuse import Reuse, predict_reuse, sent_sessions
-from loadgen.workload.salt import resolve_salt
+from loadgen.workload.salt import Salt, resolve_salt, salt_of
 from loadgen.workload.session import Session, Turn
 
 CHAT = """\
@@ -61,6 +61,11 @@ def test_a_given_salt_is_replayed_and_none_turns_salting_off(value: str, text: s
     salt = resolve_salt(value)
     assert (salt.text, salt.source) == (text, source)
     assert salt.json() == {"salt": text or None, "salt_source": source}
+
+
+def test_a_workload_built_by_its_caller_records_its_own_salt(tmp_path: Path) -> None:
+    assert salt_of(chat(tmp_path, "ab12cd").describe()) == Salt("ab12cd", "given")
+    assert salt_of(chat(tmp_path).describe()) == Salt("", "off")
 
 
 def test_without_a_salt_each_run_draws_a_fresh_one() -> None:
@@ -212,12 +217,12 @@ def test_the_prediction_may_come_from_run_json() -> None:
     assert w.warm and w.message is not None and "fresh salt (ab12cd)" in w.message
 
 
-def test_prompt_cache_splits_ttft_by_hits_and_misses() -> None:
-    figures = prompt_cache(table([100] * 4, [0, 0, 90, None]))
+def test_cache_figures_split_ttft_by_hits_and_misses() -> None:
+    figures = cache_figures(table([100] * 4, [0, 0, 90, None]))
     assert figures["requests_reporting"] == 3 and figures["cached_fraction"] == pytest.approx(0.3)
     assert (figures["hits"], figures["misses"]) == (1, 2)
     assert (figures["ttft_p50_ms_hits"], figures["ttft_p50_ms_misses"]) == (5.0, 25.0)
-    only_misses = prompt_cache(table([100] * 3, [0, 0, 0]))
+    only_misses = cache_figures(table([100] * 3, [0, 0, 0]))
     assert only_misses["ttft_p50_ms_hits"] is None and only_misses["ttft_p50_ms_misses"] is None
 
 
@@ -274,44 +279,20 @@ def _traffic(tmp_path: Path, workload: Workload, answer_word: str = "yes", n: in
     rec, wire, engine = run(tmp_path, lambda c: FakeTransport(c, _answers(answer_word)), plan)
     health = engine.traffic.health()
     assert health["traffic_requests"] == len(wire.wrote) == sum(t is not None for t in rec["t_sent"])
-    return {"client": health}
+    return health
 
 
 def test_runs_with_other_salts_and_answers_saw_the_same_traffic_and_other_seeds_did_not(tmp_path: Path) -> None:
     a = _traffic(tmp_path, chat(tmp_path, "aaaaaa", turns=3))
-    b = _traffic(tmp_path, chat(tmp_path, "bbbbbb", turns=3))
-    answered_otherwise = _traffic(tmp_path, chat(tmp_path, "aaaaaa", turns=3), answer_word="no")
     again = _traffic(tmp_path, chat(tmp_path, "aaaaaa", turns=3))
-    other = _traffic(tmp_path, chat(tmp_path, "aaaaaa", seed=1, turns=3))
-    assert a["client"]["traffic_requests"] == 12
-    for twin in (b, answered_otherwise):
-        same = traffic_match(a, twin, ("a", "b"))
-        assert same.same and not same.exact and not same.differs
-        assert same.message == (
-            "a and b sent the same traffic (12 requests; only the salt, or the answers echoed back, differ)"
-        )
-    exact = traffic_match(a, again)
-    assert exact.same and exact.exact
-    differs = traffic_match(a, other, ("a", "other"))
-    assert differs.differs and differs.code == "traffic_differs"
-    assert differs.message == (
-        "a and other sent different traffic: 12 requests each, not the same ones "
-        "(workload, seed, lengths or settings differ)"
-    )
-
-
-def test_traffic_match_reads_sweeps_point_by_point_and_says_when_it_cannot_tell() -> None:
-    def point(fp: str, n: int) -> dict[str, Any]:
-        return {"client": {"traffic_fingerprint": fp, "traffic_fingerprint_unsalted": fp, "traffic_requests": n}}
-
-    sweep = {"points": [point("01", 10), point("02", 20)]}
-    assert traffic_match(sweep, {"points": [point("01", 10), point("02", 20)]}).exact
-    shorter = traffic_match(sweep, {"points": [point("01", 10)]})
-    assert shorter.differs and "2 vs 1 load points" in shorter.message
-    fewer = traffic_match(sweep, {"points": [point("01", 10), point("03", 19)]})
-    assert fewer.differs and "30 vs 29 requests" in fewer.message
-    unknown = traffic_match(sweep, {"client": {"records": 3}}, ("new", "old"))
-    assert unknown.same is None and not unknown.differs and unknown.message.startswith("old recorded no")
+    other_salt = _traffic(tmp_path, chat(tmp_path, "bbbbbb", turns=3))
+    answered_otherwise = _traffic(tmp_path, chat(tmp_path, "aaaaaa", turns=3), answer_word="no")
+    other_seed = _traffic(tmp_path, chat(tmp_path, "aaaaaa", seed=1, turns=3))
+    assert a["traffic_requests"] == 12 and a == again  # a replay: byte-identical
+    for twin in (other_salt, answered_otherwise):  # the client chose the same traffic
+        assert twin["traffic_fingerprint_unsalted"] == a["traffic_fingerprint_unsalted"]
+        assert twin["traffic_fingerprint"] != a["traffic_fingerprint"]
+    assert other_seed["traffic_fingerprint_unsalted"] != a["traffic_fingerprint_unsalted"]
 
 
 # --------------------------------------------------------------------------- on the simulator

@@ -551,8 +551,9 @@ def test_loadgen_report_on_an_interrupted_or_suspect_run_says_so_first(
 
 def _overlaps(fig: Figure, texts: list[Any]) -> list[tuple[str, str]]:
     """Pairs of visible, non-empty texts whose drawn boxes overlap (drawn with Agg)."""
-    FigureCanvasAgg(fig).draw()
-    r = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's, after draw
+    canvas = FigureCanvasAgg(fig)
+    r = canvas.get_renderer()
+    fig.draw(r)
     shown = [t for t in texts if t.get_visible() and t.get_text()]
     boxes = [t.get_window_extent(r) for t in shown]
     return [
@@ -570,7 +571,7 @@ def test_pareto_point_labels_do_not_overlap() -> None:
     s = Series("run", xs, ys, list(range(30)), [f"{i * 2}" for i in range(30)])
     fig = pareto_chart([s], y_label="output tok/s")
     texts = fig.axes[0].texts
-    assert 10 <= len(texts) < 30  # some labels left out, the spread-out ones kept
+    assert 5 <= len(texts) < 30  # the crowded labels left out, the spread-out ones kept
     assert _overlaps(fig, list(texts)) == []
 
 

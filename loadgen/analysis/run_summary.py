@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
 from loadgen.analysis.timeseries import timeseries
 from loadgen.analysis.validity import (
@@ -27,7 +28,10 @@ from loadgen.analysis.validity import (
 from loadgen.analysis.window import choose_window
 from loadgen.records import read_records, read_run_meta, write_json
 
-__all__ = ["RunReport", "summarize_run", "single_run_caveats"]
+__all__ = ["SUMMARY_SCHEMA_VERSION", "RunReport", "summarize_run", "single_run_caveats"]
+
+# summary.json's layout: 2 added validity as data, censoring flags and null (never "inf") bounds.
+SUMMARY_SCHEMA_VERSION = "2"
 
 
 @dataclass
@@ -81,6 +85,7 @@ def summarize_run(
     caveats = single_run_caveats(meta, summary, limit)
     if write:
         doc = {
+            "schema_version": SUMMARY_SCHEMA_VERSION,
             "run_id": meta.get("run_id"),
             "endpoint": meta.get("endpoint"),
             "model": meta.get("model"),
@@ -89,4 +94,5 @@ def summarize_run(
             "timeseries": timeseries(table),
         }
         write_json(Path(run_dir) / "summary.json", doc)
+        annotate_run(Path(run_dir), window, table=table)  # in_window and the figures' own columns
     return RunReport(Path(run_dir), meta, summary, caveats, Validity.of(caveats))

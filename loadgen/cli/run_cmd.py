@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.cli.flags import bounded_int, finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, slo_of
+from loadgen.cli.overrides import add_set_flag, parse_sets
 from loadgen.cli.sim_cmd import add_sim_options, check_sim_options, sim_args
 from loadgen.client.config import MAX_INFLIGHT, Timeouts
 from loadgen.client.settings import (
@@ -30,6 +31,9 @@ from loadgen.client.settings import (
 from loadgen.errors import ConfigError, LoadgenError
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from loadgen.schedule import Arrival
     from loadgen.workload.base import Workload
 
@@ -176,9 +180,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--rate",
         type=finite_float(0, MAX_RATE, above=True, unit=" requests/s"),
         default=None,
-        help="requests (sessions) per second, open loop",
+        help="requests per second, open loop (sessions per second for a multi-turn workload); "
+        "required without --concurrency, except for a trace workload, which carries its own "
+        "arrival times (default: none)",
     )
-    g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV (default poisson)")
+    g.add_argument(
+        "--arrival",
+        default=None,
+        help="constant | poisson | gamma:CV (default: poisson; a trace workload: trace, its own times)",
+    )
+    g.add_argument(
+        "--speed",
+        type=finite_float(0, MAX_RATE, above=True, unit="x"),
+        default=None,
+        metavar="X",
+        help="replay a trace workload X times as fast as recorded, e.g. 2 halves every gap; "
+        "the same as --set speed=X (default: the spec's speed, 1)",
+    )
     g.add_argument(
         "--concurrency",
         type=bounded_int(1, MAX_CONCURRENCY),
@@ -190,7 +208,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=POSITIVE_SECONDS,
         default=None,
         metavar="S",
-        help=f"seconds of sending (default {DEFAULT_DURATION_S:g}, or for a closed loop "
+        help="seconds of sending; cuts a trace short (default: a trace workload's whole span, "
+        f"a finite workload's every session; else {DEFAULT_DURATION_S:g} s, or for a closed loop "
         f"{DEFAULT_CLOSED_REQUESTS} requests)",
     )
     g.add_argument(
@@ -198,7 +217,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=bounded_int(1, MAX_REQUESTS),
         default=None,
         metavar="N",
-        help=f"number of requests (sessions), at most {MAX_REQUESTS:,} (so is --rate x --duration)",
+        help=f"number of requests (sessions), at most {MAX_REQUESTS:,} (so is --rate x --duration); "
+        "cuts a trace to its first N (default: see --duration)",
     )
     g.add_argument(
         "--warmup", type=SECONDS, default=RUN_DEFAULTS["warmup_s"], metavar="S", help="seconds excluded at the start"
@@ -207,6 +227,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--cooldown", type=SECONDS, default=RUN_DEFAULTS["cooldown_s"], metavar="S", help="seconds excluded at the end"
     )
     add_traffic_options(p)
+    add_set_flag(p)
     add_timing_options(p)
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
     add_output_options(p)
@@ -243,19 +264,33 @@ def resolve_arrival(args: argparse.Namespace) -> Arrival:
         raise ConfigError("give --rate R (requests/s, open loop) or --concurrency N (closed loop)")
     if args.concurrency is not None:
         return parse_arrival("closed", concurrency=args.concurrency)
-    return parse_arrival(args.arrival, rate=args.rate)
+    return parse_arrival(getattr(args, "arrival", None) or "poisson", rate=args.rate)
+
+
+def workload_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``--set KEY=VALUE``, ``--speed`` and ``--input-tokens``/``--output-tokens`` change in a
+    workload spec (``load_workload``'s ``overrides``); any of them without ``--workload`` is refused."""
+    sets = parse_sets(args)
+    speed = getattr(args, "speed", None)
+    if speed is not None:
+        if "speed" in sets:
+            raise ConfigError("give --speed X or --set speed=X, not both")
+        sets["speed"] = speed
+    if not args.workload and sets:
+        flags = " and ".join(sorted({"--speed" if k == "speed" and speed is not None else "--set" for k in sets}))
+        raise ConfigError(f"{flags} change a workload spec: give --workload NAME|PATH (a trace's, for --speed)")
+    for key in ("input_tokens", "output_tokens"):
+        if getattr(args, key) is not None:
+            sets[key] = getattr(args, key)
+    return sets
 
 
 def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
     from loadgen.workload.base import SyntheticChat
     from loadgen.workload.load import load_workload
 
+    overrides = workload_overrides(args)
     if args.workload:
-        overrides = {
-            k: v
-            for k, v in (("input_tokens", args.input_tokens), ("output_tokens", args.output_tokens))
-            if v is not None
-        }
         return load_workload(args.workload, seed=args.seed, salt=salt, overrides=overrides)
     return SyntheticChat(
         input_tokens=args.input_tokens or INPUT_TOKENS,
@@ -289,11 +324,34 @@ def timeouts(args: argparse.Namespace) -> Timeouts:
     return Timeouts(args.connect_timeout, args.first_byte_timeout, args.idle_timeout, args.request_timeout)
 
 
-def settings_from_args(args: argparse.Namespace) -> RunSettings:
+def settings_from_args(args: argparse.Namespace, workload: Workload | None = None) -> RunSettings:
+    """The run's settings from its flags and its workload (None: the flag-built chat).
+
+    A trace workload (its own arrival times) is replayed whole, at its spec's speed, unless
+    ``--duration`` / ``--requests`` cut it (``trace_settings``); a finite workload (a trace's
+    sessions) sends each of its sessions once; any other, ``--duration`` 10 s (a closed loop:
+    100 requests) when neither length is given."""
+    trace = workload.offsets_ns() if workload is not None else None
+    if workload is not None and trace is not None and args.concurrency is None:
+        return trace_settings(args, workload, trace)
     arrival = resolve_arrival(args)
+    if arrival.kind == "trace":
+        name = workload.name if workload is not None else "the flag-built chat"
+        raise ConfigError(
+            f"--arrival trace: {name} has no arrival times of its own (only mooncake, azure and burstgpt "
+            "traces do); give it --arrival poisson, constant or gamma:CV"
+        )
     duration, requests = args.duration, args.requests
     if duration is None and requests is None:
-        if arrival.kind == "closed":
+        size = workload.size if workload is not None else None
+        if size is not None:
+            if size > MAX_REQUESTS:
+                raise ConfigError(
+                    f"the workload holds {size:,} sessions, more than a run's limit of {MAX_REQUESTS:,}; "
+                    "cut it with --requests N or --duration S"
+                )
+            requests = size
+        elif arrival.kind == "closed":
             requests = DEFAULT_CLOSED_REQUESTS
         else:
             duration = DEFAULT_DURATION_S
@@ -304,6 +362,66 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         requests=requests,
         cooldown_s=args.cooldown,
     )
+
+
+def trace_settings(args: argparse.Namespace, workload: Workload, trace: npt.NDArray[np.int64]) -> RunSettings:
+    """A trace's replay: its own times (no --rate), whole unless --duration / --requests cut it,
+    within a run's limits; run.json's arrival says ``trace`` and the speed."""
+    from loadgen.client.trace_cut import check_trace_limits, cut_trace
+    from loadgen.schedule import Arrival
+
+    if args.rate is not None:
+        raise ConfigError(
+            f"--rate {args.rate:g}: workload {workload.name} is a trace that carries its own arrival times; "
+            "leave --rate out (replay it faster or slower with --speed X, e.g. --speed 2 for twice as fast)"
+        )
+    given = getattr(args, "arrival", None)
+    if given is not None and given.strip().lower() != "trace":
+        raise ConfigError(
+            f"--arrival {given}: workload {workload.name} is a trace that carries its own arrival times; "
+            "leave --arrival out (or use --concurrency N to replay its requests closed loop)"
+        )
+    cut = cut_trace(trace, args.duration, args.requests)
+    check_trace_limits(cut, warmup_s=args.warmup, cooldown_s=args.cooldown)
+    speed = workload.describe().get("speed")
+    return RunSettings(
+        **shared_settings(args),
+        arrival=Arrival("trace", rate=cut.mean_rate, speed=float(speed) if speed is not None else None),
+        duration_s=args.duration,
+        requests=cut.replayed,
+        cooldown_s=args.cooldown,
+    )
+
+
+def what_is_sent(args: argparse.Namespace, settings: RunSettings, workload: Workload) -> str | None:
+    """The line that says how much of a finite workload the run sends (None: nothing to say):
+    ``replaying 738 of 8,819 requests over 10.0 s at 1x speed (cut by --duration 10)``."""
+    from loadgen.client.trace_cut import cut_trace
+
+    trace = workload.offsets_ns()
+    if trace is not None and settings.arrival.kind == "trace":
+        return cut_trace(trace, args.duration, args.requests).line(settings.arrival.speed)
+    size = workload.size
+    if size is None or settings.requests is None:
+        return None
+    unit = "sessions" if load_unit_of(workload) == "sessions/s" else "requests"
+    closed = " (closed loop: the trace's arrival times are not used)" if trace is not None else ""
+    if args.duration is None and args.requests is None:
+        return f"sending each of the workload's {size:,} {unit} once{closed}"
+    return None
+
+
+def load_unit_of(workload: Workload) -> str:
+    """``sessions/s`` when the workload's sessions have more than one turn, else ``req/s``."""
+    from loadgen.analysis.sessions import load_unit
+
+    return load_unit(workload.describe())
+
+
+def arrival_label(arrival: Arrival, unit: str) -> str:
+    """The arrival as the terminal shows it, in the load's unit: ``poisson @ 0.5 sessions/s``."""
+    text = str(arrival)
+    return text.replace(" req/s", f" {unit}") if unit != "req/s" and arrival.kind != "trace" else text
 
 
 def shared_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -332,16 +450,20 @@ def main(args: argparse.Namespace) -> int:
     # everything is checked before anything is started or sent (most of it before the heavy imports)
     preflight(args)
     slo = slo_of(args)  # a bad profile, tolerance or baseline
-    settings = settings_from_args(args)
     workload = resolve_workload(args)
+    settings = settings_from_args(args, workload)
     api_key = api_key_from_env(args.api_key_env)
+    sent = what_is_sent(args, settings, workload)
+    if sent:
+        print(sent)
+    label = arrival_label(settings.arrival, load_unit_of(workload))
 
     from loadgen.analysis.run_summary import summarize_run
     from loadgen.cli.live import LiveView
     from loadgen.client.run import execute, new_run_id
 
     out = Path(args.out) if args.out else Path("runs") / new_run_id()
-    view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {settings.arrival}")
+    view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {label}")
     with view:
         result = execute(
             settings,

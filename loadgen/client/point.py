@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from loadgen.client.config import Plan
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper
 from loadgen.client.settings import RunSettings, engine_config
+from loadgen.client.trace_cut import cut_trace
 from loadgen.clock import SpinMeter
+from loadgen.errors import ConfigError
 from loadgen.records import STREAM_NAME, RecordWriter
 from loadgen.redaction import Secrets
 from loadgen.schedule import offsets_ns, shard_indices
@@ -26,7 +26,11 @@ MIN_JUDGED_WALL_S = 1.0  # shorter, the CPU share is start-up noise (a zero-leng
 
 
 def build_plan(settings: RunSettings, workload: Workload, shard: int = 0, shards: int = 1) -> Plan:
-    """The sessions this shard sends, and when: a pure function of the settings."""
+    """The sessions this shard sends, and when: a pure function of the settings.
+
+    A trace workload (its own ``offsets_ns()``) is replayed under a ``trace`` arrival, whole
+    unless ``duration_s`` / ``requests`` cut it (``trace_cut.cut_trace``); any other arrival
+    with it, or a ``trace`` arrival without one, is a ``ConfigError``: nothing is ignored."""
     arrival = settings.arrival
     if arrival.kind == "closed":
         users = (arrival.concurrency or 1) // shards + (shard < (arrival.concurrency or 1) % shards)
@@ -35,11 +39,17 @@ def build_plan(settings: RunSettings, workload: Workload, shard: int = 0, shards
         )
     trace = workload.offsets_ns()
     if trace is not None:
-        offs = np.asarray(trace, dtype=np.int64)
-        if settings.duration_s is not None:
-            offs = offs[offs < int(settings.duration_s * 1e9)]
-        if settings.requests is not None:
-            offs = offs[: settings.requests]
+        if arrival.kind != "trace":
+            raise ConfigError(
+                f"workload {workload.name} carries its own arrival times: arrival {arrival} would be "
+                "ignored; replay it as a trace (its speed is the spec's speed)"
+            )
+        offs = cut_trace(trace, settings.duration_s, settings.requests).offsets_ns
+    elif arrival.kind == "trace":
+        raise ConfigError(
+            f"arrival trace: workload {workload.name} has no arrival times of its own "
+            "(only mooncake, azure and burstgpt traces do); give it a rate"
+        )
     else:
         offs = offsets_ns(arrival, settings.seed, duration_s=settings.duration_s, count=settings.requests)
     return Plan(session=workload.session, offsets_ns=offs, indices=shard_indices(len(offs), shard, shards))

@@ -18,7 +18,7 @@ hits as soon as an earlier one was sent (no in-flight misses):
 Tokens are the workload's requested ones (``Turn.prompt_tokens``). Any real cache serves less (it
 evicts, it caches whole blocks of 16 tokens or so, a request sent while an equal prefix
 is still being computed misses), so an observed fraction well above this bound means the
-cache held the run's prompts before the run began (analysis.bakeoff). The order of the
+cache held the run's prompts before the run began (analysis.prompt_cache). The order of the
 sessions does not matter: with an unbounded cache, what all first requests share is
 the same whichever came first.
 """

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from loadgen.errors import ConfigError
 
-__all__ = ["Salt", "SaltSource", "new_salt", "resolve_salt", "SALT_OFF"]
+__all__ = ["Salt", "SaltSource", "new_salt", "resolve_salt", "salt_of", "SALT_OFF"]
 
 SaltSource: TypeAlias = Literal["fresh", "given", "off"]
 SALT_OFF = "none"  # ``--salt none``: no salt, on purpose
@@ -60,3 +61,9 @@ def resolve_salt(value: str | None) -> Salt:
             f"or '{SALT_OFF}' to send the prompts unsalted"
         )
     return Salt(value, "given")
+
+
+def salt_of(described: Mapping[str, Any]) -> Salt:
+    """The salt of a workload its caller built (from its ``describe()``), for run.json: given, or off."""
+    text = described.get("salt")
+    return Salt(text, "given") if isinstance(text, str) and text else Salt("", "off")

@@ -1,9 +1,10 @@
-"""Fair bake-offs: did a prefix cache warmed before the run serve it, and did two runs send the same traffic?
+"""What the records say of the server's prompt (prefix) cache: how much it served, and whether
+it was warm before the run began.
 
-Both are pure functions of what a run folder holds (its records and run.json) and both
-answer with a small frozen value whose ``code`` and ``message`` the validity rules turn
-into a caveat (analysis.validity): ``cache_warm`` for a run or sweep point, and
-``traffic_differs`` for a pair of runs that ``compare`` puts side by side.
+``cache_warmth`` answers for a run or sweep point with a small frozen value whose ``code``
+and ``message`` the validity rules turn into a caveat (analysis.validity: ``cache_warm``);
+``cache_figures`` is the cached share of prompt tokens and TTFT of cache hits vs misses,
+for summary.json and the report. Both are pure functions of a records table (and run.json).
 
 **Warmth.** A run's prompts carry a fresh salt by default (workload.salt), so a prefix
 cache holds nothing of them when the run starts; what it serves then is bounded by the
@@ -14,17 +15,13 @@ A chat template adds tokens the workload did not ask for (and that a cache may s
 every request): the reported tokens beyond the requested ones are allowed on top of the
 bound. Observed above that allowance by more than ``WARM_MARGIN`` is ``cache_warm``.
 
-**Traffic.** run.json's client block has two fingerprints of the requests written to
-the wire (client.fingerprint): the bytes exactly as sent, and the traffic the client
-chose (the salt cut out, a later turn's echoed answers left out). Two runs saw the same
-traffic when their salt-free fingerprints and request counts agree; byte-identical when
-the exact ones agree too. The schedule (when each request was sent) is not in them:
-settings say that.
+Whether two runs sent the same traffic (the other half of a fair bake-off) is
+analysis.traffic's, from the fingerprints client.fingerprint records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +31,7 @@ import pyarrow as pa
 from loadgen.analysis.columns import int_column
 from loadgen.workload.reuse import Reuse
 
-__all__ = [
-    "WARM_MARGIN",
-    "HIT_SHARE",
-    "Warmth",
-    "cache_warmth",
-    "prompt_cache",
-    "TrafficMatch",
-    "traffic_match",
-    "traffic_of",
-]
+__all__ = ["WARM_MARGIN", "HIT_SHARE", "Warmth", "cache_warmth", "cache_figures"]
 
 WARM_MARGIN = 0.10  # cached share of prompt tokens above the bound that is not noise
 HIT_SHARE = 0.5  # a request counts as a cache hit when at least this share of its prompt was cached
@@ -133,7 +121,7 @@ def _message(w: Warmth, salt: str | None, source: str | None) -> str:
     return f"{head}: an earlier run warmed the server's prefix cache"
 
 
-def prompt_cache(table: pa.Table) -> dict[str, Any]:
+def cache_figures(table: pa.Table) -> dict[str, Any]:
     """Cached prompt tokens for summary.json: the fraction, and TTFT (median, from the intended
     send) of cache hits (at least ``HIT_SHARE`` of the prompt cached) and misses where both occur.
     Over the requests whose usage reported cached tokens (they all ended with an answer)."""
@@ -162,60 +150,3 @@ def prompt_cache(table: pa.Table) -> dict[str, Any]:
         for key, m in (("ttft_p50_ms_hits", hit & has), ("ttft_p50_ms_misses", ~hit & has)):
             out[key] = float(np.median(ttft[m])) if m.any() else None
     return out
-
-
-# --------------------------------------------------------------------------- traffic
-
-
-@dataclass(frozen=True)
-class TrafficMatch:
-    """Whether two runs sent the same traffic."""
-
-    same: bool | None  # None: a run did not record its traffic
-    exact: bool  # byte-identical (the same salt too)
-    message: str
-    code: str = "traffic_differs"
-
-    @property
-    def differs(self) -> bool:
-        """What makes a comparison suspect: traffic known to differ."""
-        return self.same is False
-
-
-_Print = tuple[str | None, str | None, int]  # (exact, salt-free, requests) of one point
-
-
-def traffic_of(meta: Mapping[str, Any]) -> list[_Print] | None:
-    """A run.json's fingerprints: one per point (a single run: one), None when any is missing."""
-    points = meta.get("points")
-    clients: Sequence[Any] = [p.get("client") for p in points] if isinstance(points, list) else [meta.get("client")]
-    prints: list[_Print] = []
-    for c in clients:
-        if not isinstance(c, Mapping) or not c.get("traffic_fingerprint_unsalted"):
-            return None
-        prints.append(
-            (c.get("traffic_fingerprint"), c.get("traffic_fingerprint_unsalted"), int(c.get("traffic_requests") or 0))
-        )
-    return prints
-
-
-def traffic_match(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str] = ("A", "B")) -> TrafficMatch:
-    """From two run.json dicts (runs or sweeps): did they send the same traffic?"""
-    fa, fb = traffic_of(a), traffic_of(b)
-    na, nb = names
-    if fa is None or fb is None:
-        which = " and ".join(n for n, f in ((na, fa), (nb, fb)) if f is None)
-        return TrafficMatch(None, False, f"{which} recorded no traffic fingerprint: whether it was the same is unknown")
-    ra, rb = sum(f[2] for f in fa), sum(f[2] for f in fb)
-    differs = f"{na} and {nb} sent different traffic"
-    if len(fa) != len(fb):
-        return TrafficMatch(False, False, f"{differs}: {len(fa)} vs {len(fb)} load points ({ra:,} vs {rb:,} requests)")
-    if any(x[1:] != y[1:] for x, y in zip(fa, fb, strict=True)):
-        if ra != rb:
-            return TrafficMatch(False, False, f"{differs}: {ra:,} vs {rb:,} requests")
-        why = "workload, seed, lengths or settings differ"
-        return TrafficMatch(False, False, f"{differs}: {ra:,} requests each, not the same ones ({why})")
-    if all(x[0] == y[0] for x, y in zip(fa, fb, strict=True)):
-        return TrafficMatch(True, True, f"{na} and {nb} sent byte-identical traffic ({ra:,} requests, the same salt)")
-    why = "only the salt, or the answers echoed back, differ"
-    return TrafficMatch(True, False, f"{na} and {nb} sent the same traffic ({ra:,} requests; {why})")
