@@ -361,3 +361,17 @@ def test_a_runs_own_shared_system_prompt_is_cached_and_not_mistaken_for_warmth(t
         assert cold.predicted is not None and 0.72 < cold.predicted < 0.8
         assert cold.observed is not None and 0.5 < cold.observed <= cold.predicted and not cold.warm, cold
     assert rerun.warm and rerun.observed is not None and rerun.observed > 0.9, rerun
+
+
+def test_the_salt_free_fingerprint_leaves_out_the_model_name() -> None:
+    """Two vendors serving one model under their own names were sent the same traffic."""
+    from loadgen.client.fingerprint import first_request
+
+    def body(model: str, salt: str) -> bytes:
+        return b'{"model":"%s","messages":[{"role":"user","content":"%s hello"}]}' % (model.encode(), salt.encode())
+
+    a = first_request(body("llama-8b", "ab12cd"), b"ab12cd", b'"llama-8b"')
+    b = first_request(body("meta/Llama-3.1-8B", "ff00ee"), b"ff00ee", b'"meta/Llama-3.1-8B"')
+    assert a[1] == b[1] and a[0] != b[0]
+    c = first_request(body("llama-8b", "ab12cd").replace(b"hello", b"bye"), b"ab12cd", b'"llama-8b"')
+    assert c[1] != a[1]  # what the client chose still counts

@@ -28,7 +28,7 @@ def pair(tmp_path: Path, a: dict[str, Any], b: dict[str, Any]) -> Comparison:
     )
 
 
-def salted(salt: str, **client: str) -> dict[str, Any]:
+def salted(salt: str, **client: object) -> dict[str, Any]:
     return {"salt": salt, "workload": {"name": "w", "salt": salt}, "client": client}
 
 
@@ -126,3 +126,31 @@ def test_values_from_run_folders_are_shown_clean(tmp_path: Path, value: str) -> 
     assert c.same_traffic is not None
     assert "\x1b" not in c.same_traffic.line and "\u202e" not in c.same_traffic.line
     assert c.same_traffic.line.endswith(" vs 2")
+
+
+def test_fingerprints_of_runs_that_asked_for_different_models_prove_nothing(tmp_path: Path) -> None:
+    """Each request body names its model: two servers naming one model differently get different
+    fingerprints by design, so the settings decide (and agree) and a winner may still be named."""
+    c = pair(
+        tmp_path,
+        {**salted("r1", traffic_fingerprint_unsalted=FP_A), "model": "llama-8b"},
+        {**salted("r2", traffic_fingerprint_unsalted=FP_B), "model": "meta-llama/Llama-3.1-8B"},
+    )
+    t = c.same_traffic
+    assert t is not None and (t.identical, t.basis) == (None, "settings") and not c.traffic.suspect
+    assert t.line.endswith(
+        "request fingerprints cannot prove it: each request names its model (llama-8b vs meta-llama/Llama-3.1-8B)"
+    )
+    assert {v.metric: v.winner for v in c.verdicts}["TTFT p99 at 10 req/s"] == "a"
+
+
+def test_a_fingerprint_difference_counts_the_requests_sent(tmp_path: Path) -> None:
+    c = pair(
+        tmp_path,
+        salted("r", traffic_fingerprint_unsalted=FP_A, traffic_requests=400),
+        salted("r", traffic_fingerprint_unsalted=FP_B, traffic_requests=398),
+    )
+    assert c.same_traffic is not None
+    assert (
+        c.same_traffic.line == "traffic differs: request fingerprint 3f9a1b2c… vs 77b0c4d1… (400 vs 398 requests sent)"
+    )

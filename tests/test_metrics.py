@@ -479,20 +479,21 @@ def test_cached_prompt_fraction_and_ttft_split_by_cache() -> None:
         rec(0, [(20, 4)], prompt_tokens_reported=100, cached_tokens=80),
         rec(1, [(21, 4)], prompt_tokens_reported=100, cached_tokens=60),
         rec(2, [(102, 4)], prompt_tokens_reported=100, cached_tokens=0),
+        rec(4, [(104, 4)], prompt_tokens_reported=100, cached_tokens=20),  # a shared template prefix: no hit
         rec(3, [(203, 4)], prompt_tokens_reported=100),  # cache not reported: in neither group
     )
     s = summarize(t, whole(t))
-    assert (s.cached_reported, s.cached_prompt_tokens) == (3, 140)
-    assert s.cached_prompt_fraction == pytest.approx(140 / 300)
+    assert (s.cached_reported, s.cached_prompt_tokens) == (4, 160)
+    assert s.cached_prompt_fraction == pytest.approx(160 / 400)
     assert s.ttft_ms_cached is not None and s.ttft_ms_uncached is not None
-    assert (s.ttft_ms_cached.n, s.ttft_ms_cached.max) == (2, 20.0)
-    assert (s.ttft_ms_uncached.n, s.ttft_ms_uncached.mean) == (1, 100.0)
+    assert (s.ttft_ms_cached.n, s.ttft_ms_cached.max) == (2, 20.0)  # at least half the prompt cached
+    assert (s.ttft_ms_uncached.n, s.ttft_ms_uncached.mean) == (2, 100.0)
     doc = summary_to_json(s)
-    assert doc["cached_prompt_fraction"] == pytest.approx(140 / 300) and doc["ttft_ms_cached"]["n"] == 2
+    assert doc["cached_prompt_fraction"] == pytest.approx(160 / 400) and doc["ttft_ms_cached"]["n"] == 2
     json.dumps(doc, allow_nan=False)
     # one kind only: no split; nothing reported: no fraction
-    warm = summarize(table(rec(0, [(20, 4)], prompt_tokens_reported=100, cached_tokens=90)))
-    assert warm.cached_prompt_fraction == pytest.approx(0.9) and warm.ttft_ms_cached is None
+    warm = summarize(table(rec(0, [(20, 4)], prompt_tokens_reported=100, cached_tokens=900)))
+    assert warm.cached_prompt_fraction == pytest.approx(1.0) and warm.ttft_ms_cached is None  # at most the prompt
     assert summarize(table(rec(0, [(20, 4)]))).cached_prompt_fraction is None
 
 

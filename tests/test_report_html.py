@@ -204,7 +204,7 @@ def test_sweep_report_structure(sweep_dir: Path) -> None:
         assert (sweep_dir / name).stat().st_size > 1000
     assert (sweep_dir / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = orjson.loads((sweep_dir / "summary.json").read_bytes())
-    assert [p["index"] for p in summary["points"]] == [0, 1, 2]
+    assert [p["index"] for p in summary["points"]] == [0, 1, 2] and summary["schema_version"] == "2"
     assert summary["frontier"] and summary["capacity_at_slo"]["rate"] is not None
     assert "point-specific salt" in html  # per-point cache independence is stated
 

@@ -175,8 +175,8 @@ class Summary:
     cached_reported: int  # requests that reported cached prompt tokens
     cached_prompt_tokens: int  # sum over the requests that reported both cached and prompt tokens
     cached_prompt_fraction: float | None  # that sum / their reported prompt tokens
-    ttft_ms_cached: Dist | None  # TTFT of requests with cached_tokens > 0, where both kinds occur
-    ttft_ms_uncached: Dist | None  # TTFT of requests with cached_tokens == 0, likewise
+    ttft_ms_cached: Dist | None  # TTFT of cache hits (>= half the prompt cached), where hits and misses occur
+    ttft_ms_uncached: Dist | None  # TTFT of the misses, likewise
 
     @property
     def per_user_slow(self) -> tuple[float, float]:

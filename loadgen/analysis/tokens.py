@@ -9,9 +9,11 @@ report them; a figure over them counts only the requests that did (docs/metrics.
 
 - **token goodput**: output tokens of the requests counted in request goodput (ok, done
   in the window, every SLO bound met) per second of the window;
-- **cached prompt fraction**: sum of ``cached_tokens`` / sum of ``prompt_tokens_reported``
-  over the window's requests that reported both; TTFT is split into requests served
-  partly from cache (``cached_tokens > 0``) and those not (``== 0``) where both occur;
+- **cached prompt fraction**: sum of ``cached_tokens`` (each at most its prompt) / sum of
+  ``prompt_tokens_reported`` over the window's requests that reported both; TTFT is split
+  into cache hits (at least ``prompt_cache.HIT_SHARE``, half, of the prompt cached: a chat
+  template's shared prefix alone is no hit) and misses, where both occur. The same rule as
+  ``prompt_cache.cache_figures``, over the measurement window like every other figure;
 - **reasoning tokens**: their sum over the requests that reported them, and their share
   of those requests' output tokens;
 - **TTFT to first content**: ``t_first_content - t_sched``, censored like TTFT: a request
@@ -31,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from loadgen.analysis.columns import Cols, Ints, Latencies, Mask, int_column, ms
+from loadgen.analysis.prompt_cache import HIT_SHARE
 from loadgen.analysis.stats import Dist, describe
 from loadgen.analysis.window import Window
 
@@ -109,13 +112,15 @@ def _cached(table: pa.Table, c: Cols, lat: Latencies, inwin: Mask) -> dict[str, 
     cached, has_cached = _nullable(table, "cached_tokens")
     prompt, has_prompt = c.ints["prompt_tokens_reported"]
     both = inwin & has_cached & has_prompt
-    prompt_sum = int(prompt[both].sum())
-    hit, miss = inwin & has_cached & (cached > 0), inwin & has_cached & (cached == 0)
+    cached = np.minimum(cached, prompt)  # a cache cannot serve more than the prompt
+    prompt_sum, cached_sum = int(prompt[both].sum()), int(cached[both].sum())
+    hit = both & (cached >= HIT_SHARE * prompt)
+    miss = both & ~hit
     split = bool(hit.any() and miss.any())
     return {
         "cached_reported": int((inwin & has_cached).sum()),
-        "cached_prompt_tokens": int(cached[both].sum()),
-        "cached_prompt_fraction": int(cached[both].sum()) / prompt_sum if prompt_sum else None,
+        "cached_prompt_tokens": cached_sum,
+        "cached_prompt_fraction": cached_sum / prompt_sum if prompt_sum else None,
         "ttft_ms_cached": _ttft(lat, hit) if split else None,
         "ttft_ms_uncached": _ttft(lat, miss) if split else None,
     }

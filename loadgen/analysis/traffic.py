@@ -6,7 +6,10 @@ Two kinds of evidence, the stronger preferred:
   salt out, so runs with different salts (the norm: a salt keeps one run from warming the
   next one's prefix cache) still compare; ``traffic_fingerprint`` includes the salt and so
   compares only runs with the same salt. Equal fingerprints at every part (the run, or each
-  sweep point) prove the same requests were sent; different ones prove they were not.
+  sweep point) prove the same requests were sent; different ones prove they were not, unless
+  the runs asked for different models: each request body names its model, so a bake-off of
+  two servers that name one model differently has different fingerprints by design, and
+  there they prove nothing.
 - the **settings** that decide the requests: the workload (without its salt), the seed, the
   API and ignore_eos. Equal settings make the same traffic likely but do not prove it
   (``identical`` is None then: a workload may read a file that changed).
@@ -121,6 +124,20 @@ def _salt(meta: Mapping[str, Any]) -> object:
     return meta.get("salt", w.get("salt") if isinstance(w, Mapping) else None)
 
 
+def _requests(meta: Mapping[str, Any]) -> int | None:
+    """How many requests the fingerprints count (``traffic_requests``, summed over a sweep's points)."""
+    points = meta.get("points")
+    parts = points if isinstance(points, list) and points else [meta]
+    total = 0
+    for part in parts:
+        client = part.get("client") if isinstance(part, Mapping) else None
+        n = client.get("traffic_requests") if isinstance(client, Mapping) else None
+        if type(n) is not int:
+            return None
+        total += n
+    return total
+
+
 def _pair(a: Named, b: Named) -> tuple[bool | None, str, str, tuple[str, ...] | None]:
     """(identical, basis, what differs or "", the fingerprints that decided) for two runs."""
     ma, mb = a.analysis.meta, b.analysis.meta
@@ -133,9 +150,14 @@ def _pair(a: Named, b: Named) -> tuple[bool | None, str, str, tuple[str, ...] | 
             continue  # the salted fingerprints of differently salted runs differ by design
         if fa == fb:
             return True, key, "", fa
+        if ma.get("model") != mb.get("model"):
+            continue  # each request body names its model: the bytes differ whatever else was the same
         at = next(i for i, (x, y) in enumerate(zip(fa, fb, strict=True)) if x != y)
         where = f"point {at} " if len(fa) > 1 else ""
         why = f"{where}request fingerprint {fa[at][:_SHOWN]}… vs {fb[at][:_SHOWN]}…"
+        na, nb = _requests(ma), _requests(mb)
+        if na is not None and nb is not None and na != nb:
+            why += f" ({na} vs {nb} requests sent)"
         return False, key, "; ".join([why, *diffs]), None
     if diffs:
         return False, "settings", "; ".join(diffs), None
@@ -166,11 +188,13 @@ def check_traffic(sides: Sequence[Named]) -> TrafficCheck:
         else:
             line = f"same traffic (fingerprint {(first or '')[:_SHOWN]}…)"
         return TrafficCheck(True, basis, line, first)
-    return TrafficCheck(
-        None,
-        "settings",
-        "same traffic settings (workload, seed, API, ignore_eos); no request fingerprint in both runs to prove it",
-    )
+    models = list(dict.fromkeys(_text(s.analysis.meta.get("model")) for s in sides))
+    fingerprinted = all(fingerprints(s.analysis.meta, FINGERPRINT_KEYS[0]) for s in sides)
+    if len(models) > 1 and fingerprinted:
+        proof = f"request fingerprints cannot prove it: each request names its model ({' vs '.join(models)})"
+    else:
+        proof = "no request fingerprint in both runs to prove it"
+    return TrafficCheck(None, "settings", f"same traffic settings (workload, seed, API, ignore_eos); {proof}")
 
 
 # --------------------------------------------------------------------------- warnings

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from loadgen import __version__
+from loadgen.cli.command_secrets import secrets_of
 from loadgen.cli.flags import Parser, error_line
 from loadgen.errors import LoadgenError
-from loadgen.redaction import Secrets
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
 COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd", "sweep_cmd", "compare_cmd", "gate_cmd", "check_cmd")
@@ -66,15 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def secrets_of(args: argparse.Namespace) -> Secrets:
-    """The secrets a command was given, to redact from what it prints: its API key (from the
-    environment) and the credentials in its endpoint URL."""
-    key_env = getattr(args, "api_key_env", None)
-    key = os.environ.get(key_env) if key_env else None
-    url = getattr(args, "endpoint", None) or os.environ.get("OPENAI_BASE_URL")
-    return Secrets.of(api_key=key or os.environ.get("OPENAI_API_KEY"), url=url if isinstance(url, str) else None)
 
 
 if __name__ == "__main__":

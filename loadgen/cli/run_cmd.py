@@ -191,7 +191,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     g.add_argument(
         "--speed",
-        type=finite_float(0, MAX_RATE, above=True, unit="x"),
+        type=finite_float(0, MAX_RATE, above=True, unit=" times as fast"),
         default=None,
         metavar="X",
         help="replay a trace workload X times as fast as recorded, e.g. 2 halves every gap; "
@@ -277,8 +277,8 @@ def workload_overrides(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError("give --speed X or --set speed=X, not both")
         sets["speed"] = speed
     if not args.workload and sets:
-        flags = " and ".join(sorted({"--speed" if k == "speed" and speed is not None else "--set" for k in sets}))
-        raise ConfigError(f"{flags} change a workload spec: give --workload NAME|PATH (a trace's, for --speed)")
+        flag = "--speed" if speed is not None else "--set"
+        raise ConfigError(f"{flag} changes a workload spec: give --workload NAME|PATH too")
     for key in ("input_tokens", "output_tokens"):
         if getattr(args, key) is not None:
             sets[key] = getattr(args, key)
@@ -336,7 +336,7 @@ def settings_from_args(args: argparse.Namespace, workload: Workload | None = Non
         return trace_settings(args, workload, trace)
     arrival = resolve_arrival(args)
     if arrival.kind == "trace":
-        name = workload.name if workload is not None else "the flag-built chat"
+        name = workload.name if workload is not None else "synthetic-chat"
         raise ConfigError(
             f"--arrival trace: {name} has no arrival times of its own (only mooncake, azure and burstgpt "
             "traces do); give it --arrival poisson, constant or gamma:CV"

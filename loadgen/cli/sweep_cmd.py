@@ -1,20 +1,26 @@
 """``loadgen sweep``: load points (listed or searched) into one run folder, its Pareto curve and report.
 
 With no endpoint it sweeps the built-in simulator; with no load option it runs
-the automatic search (``--auto``), so a bare ``loadgen sweep`` draws a real curve
-in about a minute and a half. The plan (points and time) is printed before
-anything is sent.
+the automatic search (``--auto``); with no ``--point-duration`` each point runs until its
+window holds the requests its p99 verdicts need (``sweep.sizing``), within a cap per
+point and for the sweep; with no ``--slo`` it judges by the ``interactive-chat`` profile,
+and with no ``--price-per-gpu-hour`` it prices tokens at a labelled example price. So a
+bare ``loadgen sweep`` draws a real curve with goodput, capacity at SLO and $/M tokens,
+with bounded p99s, in about three minutes. The plan (points and time), the SLO and the
+price it uses are printed before anything is sent; the points a cap cut short, after.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.cli.flags import finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, gate_profile
+from loadgen.cli.overrides import add_set_flag
 from loadgen.cli.run_cmd import (
     EXIT_CODES,
     POSITIVE_SECONDS,
@@ -31,11 +37,18 @@ from loadgen.cli.run_cmd import (
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
 from loadgen.client.settings import MAX_CONCURRENCY, MAX_RATE
 from loadgen.errors import ConfigError, LoadgenError
+from loadgen.sweep.sizing import MAX_POINT_S, MAX_TOTAL_S, MIN_POINT_S
 
 if TYPE_CHECKING:
     from loadgen.analysis.metrics import SLO
     from loadgen.schedule import Arrival
-    from loadgen.sweep.run import SweepSettings
+    from loadgen.sweep.run import PointResult, SweepSettings
+    from loadgen.sweep.sizing import Sizing
+
+DEFAULT_SLO = "interactive-chat"  # the SLO profile a sweep judges by when no --slo is given
+EXAMPLE_PRICE = 2.5  # $ per GPU-hour, only to show $/M tokens when no --price-per-gpu-hour is given
+EXAMPLE_PRICE_LABEL = f"example ${EXAMPLE_PRICE:g}/GPU-h: pass --price-per-gpu-hour"
+UNSIZED_START_RATE = 2.0  # --auto's first rate with a fixed --point-duration
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,10 +80,44 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV for rate points")
     rate = finite_float(0, MAX_RATE, above=True, unit=" requests/s")
     g.add_argument(
-        "--point-duration", type=POSITIVE_SECONDS, default=6.0, metavar="S", help="measured seconds per point"
+        "--point-duration",
+        type=POSITIVE_SECONDS,
+        default=None,
+        metavar="S",
+        help="measured seconds of every point, fixed (default: sized: each point runs until its window "
+        "holds the requests a bounded p99 needs, within --min-point-duration and --max-point-duration)",
+    )
+    g.add_argument(
+        "--min-point-duration",
+        type=POSITIVE_SECONDS,
+        default=MIN_POINT_S,
+        metavar="S",
+        help="sized points: shortest measured window (default: %(default)g s)",
+    )
+    g.add_argument(
+        "--max-point-duration",
+        type=POSITIVE_SECONDS,
+        default=MAX_POINT_S,
+        metavar="S",
+        help="sized points: cap on one point's measured window; a point that needs longer is cut here "
+        "and named (default: %(default)g s)",
+    )
+    g.add_argument(
+        "--max-sweep-duration",
+        type=POSITIVE_SECONDS,
+        default=MAX_TOTAL_S,
+        metavar="S",
+        help="sized points: cap on all measured windows together (warm-ups and drains come on top); "
+        "the search stops when it is used up (default: %(default)g s)",
     )
     g.add_argument("--warmup", type=SECONDS, default=2.0, metavar="S", help="seconds sent before each window")
-    g.add_argument("--start-rate", type=rate, default=2.0, help="--auto: first (light) rate, req/s")
+    g.add_argument(
+        "--start-rate",
+        type=rate,
+        default=None,
+        help="--auto: first (light) rate, req/s (default: sized: the lowest rate whose point fills its "
+        f"window within --max-point-duration, rounded up; {UNSIZED_START_RATE:g} req/s with --point-duration)",
+    )
     g.add_argument("--max-rate", type=rate, default=256.0, help="--auto: never offer more than this, req/s")
     g.add_argument(
         "--no-point-salt",
@@ -84,7 +131,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--slo",
         default=None,
         metavar="PROFILE",
-        help="SLO profile (conformance name or YAML file) or inline ttft=200,tpot=30,e2e=2000 (ms)",
+        help="SLO profile (conformance name or YAML file) or inline ttft=200,tpot=30,e2e=2000 (ms); "
+        f"none for no SLO (default: {DEFAULT_SLO}, said so in the terminal and run.json)",
     )
     j.add_argument(
         "--slo-target",
@@ -97,7 +145,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--gpus",
         type=finite_float(0, 1e6, above=True),
         default=None,
-        help="GPUs behind the endpoint (per-GPU throughput)",
+        help="GPUs behind the endpoint, for per-GPU throughput and cost (default: the simulator's --sim-tp; "
+        "against an endpoint, without it figures are per endpoint)",
     )
     j.add_argument(
         "--price-per-gpu-hour",
@@ -105,9 +154,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="extend",
         default=None,
         metavar="P",
-        help="price(s) per GPU-hour, optionally labelled: 2.49 or spot=1.2 (gives $/M output tokens)",
+        help="price(s) per GPU-hour, optionally labelled: 2.49 or spot=1.2 (gives $/M output tokens; "
+        f"default: an example ${EXAMPLE_PRICE:g}, labelled as one)",
     )
     add_traffic_options(p)
+    add_set_flag(p)
     add_timing_options(p)
     p.set_defaults(drain=15.0)  # a sweep moves on: answers still running 15 s after a point are cancelled
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
@@ -182,41 +233,150 @@ def _at_most(values: list[float], limit: float, flag: str) -> None:
         raise ConfigError(f"{flag}: {shown} is above the limit of {limit:,.0f}")
 
 
-def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+def slo_choice(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """(the --slo text to judge by, whether it is the default): none -> (None, False)."""
+    if args.slo is None:
+        return DEFAULT_SLO, True
+    if args.slo.strip().lower() == "none":
+        return None, False
+    return args.slo, False
+
+
+def sizing_from_args(args: argparse.Namespace, target_pct: float | None) -> Sizing | None:
+    """The point sizing, or None when --point-duration fixes every window."""
+    from loadgen.sweep.sizing import Sizing, samples_needed
+
+    if args.point_duration is not None:
+        return None
+    return Sizing(
+        samples=samples_needed(0.95, target_pct),
+        min_s=args.min_point_duration,
+        max_point_s=args.max_point_duration,
+        max_total_s=args.max_sweep_duration,
+    )
+
+
+def _start_rate(args: argparse.Namespace, sizing: Sizing | None, cv: float) -> float:
+    """--start-rate, else the lowest rate a sized point fills within its cap (rounded up to
+    a round number), never above --max-rate."""
+    from loadgen.sweep.sizing import nice_rate_at_least
+
+    if args.start_rate is not None:
+        return float(args.start_rate)
+    start = UNSIZED_START_RATE if sizing is None else nice_rate_at_least(sizing.lowest_rate(cv))
+    return min(start, float(args.max_rate))
+
+
+def _prices(args: argparse.Namespace) -> tuple[dict[str, float], bool]:
+    """(the prices, whether they are the labelled example)."""
     from loadgen.analysis.pareto import parse_prices
+
+    if args.price_per_gpu_hour is None:
+        return {EXAMPLE_PRICE_LABEL: EXAMPLE_PRICE}, True
+    return parse_prices(args.price_per_gpu_hour), False
+
+
+def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     from loadgen.client.settings import RunSettings
     from loadgen.schedule import parse_arrival
     from loadgen.sweep.plan import SweepPlan
     from loadgen.sweep.run import SweepSettings
-    from loadgen.sweep.search import AutoSearch
+    from loadgen.sweep.search import AutoSearch, count_cv
 
     mode, arrivals = _arrivals(args)
-    slo, slo_name, profile_target = resolve_slo(args.slo)
+    slo_text, slo_is_default = slo_choice(args)
+    slo, slo_name, profile_target = resolve_slo(slo_text)
     target = args.slo_target if args.slo_target is not None else (profile_target or 99.0)
     kind = parse_arrival(args.arrival, rate=1.0)
-    auto = AutoSearch(start_rate=args.start_rate, max_rate=args.max_rate, target_pct=target)
+    sizing = sizing_from_args(args, target if slo is not None else None)
+    start = _start_rate(args, sizing, count_cv(kind.kind, kind.cv))
+    auto = AutoSearch(start_rate=start, max_rate=args.max_rate, target_pct=target)
+    point_s = args.point_duration if sizing is None else sizing.min_s
     plan = SweepPlan(
         mode=mode,
         arrivals=arrivals,
-        point_duration_s=args.point_duration,
+        point_duration_s=point_s,
         warmup_s=args.warmup,
         drain_s=args.drain,
         auto=auto,
         has_slo=slo is not None,
         kind=kind.kind,
         cv=kind.cv,
+        sizing=sizing,
     )
-    base = RunSettings(**shared_settings(args), duration_s=args.point_duration + args.warmup)
+    base = RunSettings(**shared_settings(args), duration_s=point_s + args.warmup)
+    prices, example = _prices(args)
+    gpus, gpus_default = args.gpus, False
+    if gpus is None and base.endpoint is None:  # the built-in simulator: its own tensor-parallel degree
+        gpus, gpus_default = float(getattr(args, "sim_tp", 1) or 1), True
     return SweepSettings(
         base=base,
         plan=plan,
         slo=slo,
         slo_name=slo_name,
-        gpus=args.gpus,
-        prices=parse_prices(args.price_per_gpu_hour),
+        gpus=gpus,
+        prices=prices,
         point_salt=args.point_salt,
         salt=args.salt,
+        slo_is_default=slo_is_default,
+        price_is_example=example,
+        gpus_is_default=gpus_default,
     )
+
+
+# --------------------------------------------------------------------------- what the terminal says
+
+
+def defaults_note(settings: SweepSettings) -> list[str]:
+    """Lines printed before the sweep: the SLO, GPUs and price it chose for the user."""
+    out: list[str] = []
+    if settings.slo_is_default and settings.slo is not None:
+        s = settings.slo
+        bounds = ", ".join(
+            f"{name} <= {v:g} ms" for name, v in (("TTFT", s.ttft_ms), ("TPOT", s.tpot_ms), ("E2E", s.e2e_ms)) if v
+        )
+        out.append(
+            f"SLO: the default profile {settings.slo_name} (p99 {bounds}; "
+            f"{settings.plan.auto.target_pct:g}% attainment); --slo PROFILE for another, --slo none for none"
+        )
+    elif settings.slo is None and settings.plan.mode == "auto":
+        out.append("(--slo none: the search stops after saturation; give --slo PROFILE for capacity at SLO)")
+    if settings.price_is_example:
+        gpus = f"x {settings.gpus:g} GPU" if settings.gpus else "for the whole endpoint (no --gpus)"
+        price = next(iter(settings.prices.values()))
+        out.append(
+            f"$/M tokens at an example price: ${price:g} per GPU-hour {gpus} "
+            "(example price: pass --price-per-gpu-hour with yours)"
+        )
+    return out
+
+
+def sizing_note(settings: SweepSettings, points: list[PointResult]) -> str | None:
+    """After a sized sweep: whether every point held its samples, and which ones a cap cut short."""
+    sizing = settings.plan.sizing
+    if sizing is None or not points:
+        return None
+    capped = [p for p in points if p.step.capped]
+    if not capped:
+        return (
+            f"sizing: every point ran until its window held the {sizing.samples} requests a bounded p99 needs "
+            f"({sizing.min_s:g}-{sizing.max_point_s:g} s each)"
+        )
+    cut = []
+    for p in capped:
+        why = f"--max-point-duration {sizing.max_point_s:g} s" if p.step.capped == "point" else "--max-sweep-duration"
+        needed = p.step.needed_s
+        need = f"needed {needed:.0f} s" if needed is not None and math.isfinite(needed) else "its rate was unknown"
+        cut.append(f"{_load(p)} ran {p.step.duration_s:g} s ({need}; cut by {why})")
+    return (
+        f"sizing: {len(capped)} of {len(points)} points hit a cap before holding {sizing.samples} requests, "
+        f"so their p99s may be open intervals: {'; '.join(cut)}"
+    )
+
+
+def _load(p: PointResult) -> str:
+    a = p.step.arrival
+    return f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
 
 
 # --------------------------------------------------------------------------- main
@@ -229,6 +389,8 @@ def main(args: argparse.Namespace) -> int:
     # everything is checked before anything is started or sent (and before the reports' imports)
     preflight(args)
     settings = settings_from_args(args)
+    if args.slo is not None and args.slo.strip().lower() == "none":
+        args.slo = None  # no SLO: nothing for --gate to judge by (it says so)
     gate_profile(args)  # --gate's profile, tolerance and baseline
     resolve_workload(args)  # a bad workload spec (each point builds its own, salted)
     api_key = api_key_from_env(args.api_key_env)
@@ -244,12 +406,8 @@ def main(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     target = settings.base.endpoint or "the built-in simulator"
     console.print(Text(f"loadgen sweep -> {target}; {settings.plan.describe()}", style="bold"), highlight=False)
-    if settings.slo is None and settings.plan.mode == "auto":
-        console.print(
-            "(no --slo: the search stops after saturation; give --slo PROFILE for capacity at SLO)",
-            style="dim",
-            highlight=False,
-        )
+    for line in defaults_note(settings):
+        console.print(line, style="dim", highlight=False)
     view = SweepView(settings, enabled=args.live, console=console)
     with view:
         result = run_sweep(
@@ -269,4 +427,6 @@ def main(args: argparse.Namespace) -> int:
         return ending(True, result.stop_reason, cut, None)
     report = render_sweep(out)
     report.print(Console(width=None if sys.stdout.isatty() else 160))
+    if (note := sizing_note(settings, result.points)) is not None:
+        console.print(note, style="yellow" if "hit a cap" in note else "dim", highlight=False)
     return ending(result.interrupted, result.stop_reason, cut, result.failure) or gate_after_run(out, args)

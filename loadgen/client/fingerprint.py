@@ -14,7 +14,7 @@ about the traffic the client chose:
 - ``traffic_fingerprint``: the request bodies exactly as sent. Equal only for a replay with
   the same salt (and, for sessions of several turns, the same answers).
 - ``traffic_fingerprint_unsalted``: the traffic the client chose. A session's first
-  request counts as its body with the run's salt cut out (the salt is a known string at the
+  request counts as its body with the run's salt and the model name cut out (the salt is a known string at the
   start of the session's context, found once, JSON-escaped as the body has it); a later
   turn counts as what the client added to the conversation (its text and ``max_tokens``,
   keyed by the session's first request), not the server's earlier answers that its body
@@ -50,15 +50,19 @@ def digest(data: bytes) -> int:
     return int.from_bytes(sha256(data).digest()[:8], "little")
 
 
-def first_request(body: bytes, salt: bytes) -> tuple[int, int]:
+def first_request(body: bytes, salt: bytes, model: bytes = b"") -> tuple[int, int]:
     """(exact, salt-free) digests of a session's first request; ``salt`` is the salt's
-    JSON-escaped bytes, cut out where it first occurs."""
+    JSON-escaped bytes, cut out where it first occurs. ``model`` (its JSON string, quotes
+    included) is left out of the salt-free digest too: two vendors serve one model under
+    their own names, and the name is not traffic the client chose."""
     at = body.find(salt) if salt else -1
+    chosen = body if at < 0 else body[:at] + body[at + len(salt) :]
+    if model:
+        chosen = chosen.replace(b'"model":' + model, b'"model":', 1)
+    unsalted = digest(chosen)
     if at < 0:
-        d = digest(body)
-        return d, d
-    unsalted = digest(body[:at] + body[at + len(salt) :])
-    return digest(b"%d|%d|" % (unsalted, at) + salt), unsalted
+        return digest(body), unsalted
+    return digest(b"%d|%d|" % (digest(body[:at] + body[at + len(salt) :]), at) + salt), unsalted
 
 
 def later_request(previous: int, first: int, turn: int, max_tokens: int, answer: str, text: str) -> tuple[int, int]:

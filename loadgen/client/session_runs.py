@@ -295,7 +295,8 @@ class SessionRuns:
         """Count a request written to the wire in the run's traffic fingerprints (client.fingerprint)."""
         if turn_no == 0:
             salt = run.session.salt
-            run.last, run.first = first_request(body, orjson.dumps(salt)[1:-1] if salt else b"")
+            salt_json = orjson.dumps(salt)[1:-1] if salt else b""
+            run.last, run.first = first_request(body, salt_json, orjson.dumps(self.engine.cfg.model))
             self.engine.traffic.add(run.last, run.first)
             return
         answer = conv.messages[-2]["content"]  # the previous answer, before this turn's message

@@ -109,10 +109,15 @@ def _entry(meta: Mapping[str, Any], index: int) -> Mapping[str, Any]:
     return {}
 
 
-def _fingerprints(part: Mapping[str, Any]) -> dict[str, str | None]:
+def _fingerprints(part: Mapping[str, Any]) -> dict[str, str | int | None]:
     client = part.get("client")
     client = client if isinstance(client, Mapping) else {}
-    return {k: (v if isinstance(v := client.get(k), str) and v else None) for k in FINGERPRINT_KEYS}
+    out: dict[str, str | int | None] = {
+        k: (v if isinstance(v := client.get(k), str) and v else None) for k in FINGERPRINT_KEYS
+    }
+    n = client.get("traffic_requests")
+    out["traffic_requests"] = n if type(n) is int else None
+    return out
 
 
 def _run_validity(s: Side) -> ValidityJson:
@@ -149,7 +154,7 @@ def _run_json(s: Side) -> dict[str, Any]:
         "gpus": a.gpus,
         "validity": _run_validity(s),
         "withholds_winners": a.validity.withholding.suspect or any(p["withholds_winners"] for p in points),
-        **(_fingerprints(meta) if not a.is_sweep else dict.fromkeys(FINGERPRINT_KEYS)),
+        **(_fingerprints(meta) if not a.is_sweep else dict.fromkeys((*FINGERPRINT_KEYS, "traffic_requests"))),
         "points": points,
     }
 

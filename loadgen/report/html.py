@@ -350,7 +350,8 @@ def _method(a: RunAnalysis) -> str:
         salt,
         "Cost per million output tokens = price per GPU-hour × GPUs / (output tok/s × 3600) × 10⁶.",
         "Cached prompt % = prompt tokens the endpoint reported serving from its cache / prompt tokens it "
-        "reported, over the requests that reported both; TTFT is split by cached and not where both occur.",
+        "reported, over the requests that reported both; TTFT is split into cache hits (at least half the "
+        "prompt cached) and misses where both occur.",
     ]
     lis = "".join(f"<li>{esc(i)}</li>" for i in static) + f"<li>{slo}</li>"
     return f'<section id="method"><h2>Method</h2><ul>{lis}</ul></section>'

@@ -115,7 +115,7 @@ def _users_and_tokens(a: RunAnalysis) -> list[tuple[str, Cell]]:
     if any(p.summary.cached_reported for p in a.points):
         cols += [
             ("cached prompt %", _cached_pct),
-            ("TTFT p50 ms cached / not", _cached_split),
+            ("TTFT p50 ms cache hit / miss", _cached_split),
         ]
     if any(p.summary.reasoning_reported for p in a.points):
         cols += [

@@ -19,6 +19,7 @@ from rich.text import Text
 from loadgen.analysis.metrics import SLO, Summary, summary_to_json
 from loadgen.analysis.pareto import cost_per_million, per_gpu
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run, slo_to_json
+from loadgen.analysis.run_summary import SUMMARY_SCHEMA_VERSION
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.validity import validity_json
 from loadgen.records import write_json
@@ -194,6 +195,7 @@ def analysis_json(a: RunAnalysis) -> dict[str, Any]:
     """A sweep's summary.json: strict JSON, units in the key names, every warning as {code, message}."""
     c = a.capacity
     return {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
         "run_id": a.meta.get("run_id"),
         "endpoint": a.meta.get("endpoint"),
         "model": a.meta.get("model"),

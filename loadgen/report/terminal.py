@@ -80,7 +80,7 @@ def latency_table(s: Summary) -> Table:
         ("TTFT (from send)", s.ttft_sent),
         *((("TTFT to content (not reasoning)", s.ttft_content),) if s.content_after_first else ()),
         *(
-            (("TTFT, prompt partly cached", s.ttft_ms_cached), ("TTFT, prompt not cached", s.ttft_ms_uncached))
+            (("TTFT, cache hit (>= 50%)", s.ttft_ms_cached), ("TTFT, cache miss", s.ttft_ms_uncached))
             if s.ttft_ms_cached is not None and s.ttft_ms_uncached is not None
             else ()
         ),
@@ -113,7 +113,10 @@ def token_lines(s: Summary) -> list[str]:
             f"({s.cached_prompt_tokens:,} reported cached, {s.cached_reported:,} requests reported)"
         )
         if s.ttft_ms_cached is not None and s.ttft_ms_uncached is not None:
-            line += f"; TTFT p50 {_cell(s.ttft_ms_cached, 'p50')} ms cached, {_cell(s.ttft_ms_uncached, 'p50')} not"
+            line += (
+                f"; TTFT p50 {_cell(s.ttft_ms_cached, 'p50')} ms on cache hits (>= half the prompt cached), "
+                f"{_cell(s.ttft_ms_uncached, 'p50')} ms on misses"
+            )
         out.append(line)
     if s.reasoning_reported:
         out.append(

@@ -51,7 +51,7 @@ from loadgen.errors import ConfigError
 from loadgen.records import SCHEMA, compact, make_folder, read_stream, tool_info, write_json
 from loadgen.redaction import Secrets
 from loadgen.sweep.plan import SweepPlan
-from loadgen.sweep.search import Step, next_step, search_end
+from loadgen.sweep.search import Step, count_cv, search_end
 from loadgen.workload.base import Workload
 
 __all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt"]
@@ -69,12 +69,17 @@ class SweepSettings:
     prices: dict[str, float] = field(default_factory=dict)
     point_salt: bool = True
     salt: str = ""  # run-level salt prepended to the per-point one (cold caches across reruns)
+    slo_is_default: bool = False  # the SLO is the default profile, not one the user named
+    price_is_example: bool = False  # the price is an example (no --price-per-gpu-hour): label its costs
+    gpus_is_default: bool = False  # the GPU count was not given (the simulator's own)
 
     def __post_init__(self) -> None:
         if self.gpus is not None and not self.gpus > 0:
             raise ConfigError(f"--gpus {self.gpus}: must be > 0")
         if self.plan.has_slo != (self.slo is not None):
             raise ConfigError("the plan's has_slo must match whether an SLO is given")
+        if self.price_is_example and not self.prices:
+            raise ConfigError("an example price needs a price")
 
 
 @dataclass
@@ -104,16 +109,6 @@ def point_salt(settings: SweepSettings, k: int) -> str:
     if not settings.point_salt:
         return settings.salt
     return f"{settings.salt}p{k}"
-
-
-def _steps(settings: SweepSettings, history: list[tuple[Step, Observation]]) -> Step | None:
-    plan = settings.plan
-    if plan.mode != "auto":
-        fixed = plan.fixed_steps()
-        return fixed[len(history)] if len(history) < len(fixed) else None
-    return next_step(
-        plan.auto, history, point_duration_s=plan.point_duration_s, has_slo=plan.has_slo, kind=plan.kind, cv=plan.cv
-    )
 
 
 def _point_settings(settings: SweepSettings, step: Step, k: int) -> RunSettings:
@@ -163,13 +158,17 @@ def _meta(
         "sweep": {
             "mode": plan.mode,
             "point_duration_s": plan.point_duration_s,
+            "sizing": plan.sizing.to_json(count_cv(plan.kind, plan.cv)) if plan.sizing is not None else None,
             "warmup_s": plan.warmup_s,
             "drain_s": plan.drain_s,
             "auto": asdict(plan.auto) if plan.mode == "auto" else None,
             "plan": plan.describe(),
             "slo": slo_to_json(settings.slo, settings.slo_name, plan.auto.target_pct),
+            "slo_is_default": settings.slo_is_default,
             "gpus": settings.gpus,
+            "gpus_is_default": settings.gpus_is_default,
             "prices": settings.prices,
+            "price_is_example": settings.price_is_example,
             "point_salt": settings.point_salt,
             "salt": settings.salt,
         },
@@ -211,7 +210,7 @@ def run_sweep(
             with scraping_server_metrics(settings.base, url, out, meta):
                 _send_points(settings, make_workload, to, meta, on_point, result)
             if settings.plan.mode == "auto":
-                meta["sweep"]["search_end"] = search_end(settings.plan.auto, _history(result))
+                meta["sweep"]["search_end"] = search_end(settings.plan.auto, _history(result), settings.plan.sizing)
             if is_sim:
                 meta["simulator"].update(asyncio.run(simulator_health(url)))
         except BaseException as e:
@@ -268,7 +267,7 @@ def _send_points(
 ) -> None:
     """Send the next step until the plan or the search has none (or the sweep is stopped);
     each point's entry is in run.json while it runs (``running``) and after (its state)."""
-    while not to.stopper.stopped and (step := _steps(settings, _history(result))) is not None:
+    while not to.stopper.stopped and (step := settings.plan.next_step(_history(result))) is not None:
         k = len(result.points)
         entry = start_state(_point_json(settings, step, k, None))
         meta["points"].append(entry)
@@ -326,4 +325,7 @@ def _point_json(settings: SweepSettings, step: Step, k: int, point: PointResult 
     }
     if point is not None:
         entry["client"] = point.client
-    return dict(entry)
+    out: dict[str, Any] = dict(entry)
+    if (sizing := step.sizing_json()) is not None:
+        out["sizing"] = sizing
+    return out

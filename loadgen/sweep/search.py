@@ -13,6 +13,10 @@ A sweep is a list of load points (rates or concurrencies) or an automatic search
    ``tolerance``. Bisection points run long enough that a clean pass can be
    *confirmed* (Clopper-Pearson lower bound of attainment >= target).
 
+With a ``sizing.Sizing`` every point runs until its window holds the samples its p99
+verdicts need (within a cap per point), and the search ends when the sweep's budget of
+measured time is used up; without one, each runs a fixed ``point_duration_s``.
+
 Only points whose validity allows a verdict count (``Observation.judgeable``, and for
 capacity ``_trusted``): a suspect point is kept in the history (and the report shows it,
 marked) but never called saturated, never sets the capacity found, and never brackets
@@ -37,6 +41,7 @@ from loadgen.analysis.points import PointJson
 from loadgen.analysis.saturation import KEEP_UP, MIN_GAIN, Observation, first_saturated
 from loadgen.errors import ConfigError
 from loadgen.schedule import Arrival
+from loadgen.sweep.sizing import Sizing
 
 __all__ = [
     "AutoSearch",
@@ -45,12 +50,14 @@ __all__ = [
     "capacity_estimate",
     "next_step",
     "search_end",
+    "count_cv",
+    "spent_s",
 ]
 
 
 @dataclass(frozen=True)
 class AutoSearch:
-    """Knobs of the automatic search; the defaults keep a bare ``loadgen sweep`` under ~2 minutes."""
+    """Knobs of the automatic search (a bare ``loadgen sweep`` starts higher: ``sweep_cmd``)."""
 
     start_rate: float = 2.0
     factor: float = 2.0
@@ -63,7 +70,7 @@ class AutoSearch:
     confidence: float = 0.95
     tolerance: float = 0.1  # bisection stops when hi / lo <= 1 + tolerance
     max_bisect: int = 4
-    max_stretch: float = 3.0  # a bisection point may run this many point durations to gather samples
+    max_stretch: float = 3.0  # unsized: a bisection point may run this many point durations to gather samples
 
     def __post_init__(self) -> None:
         if not (self.start_rate > 0 and math.isfinite(self.start_rate)):
@@ -90,16 +97,28 @@ class AutoSearch:
 
 @dataclass(frozen=True)
 class Step:
-    """One load point to send: its arrival, how long, and why the planner chose it."""
+    """One load point to send: its arrival, how long, and why the planner chose it.
+
+    A sized point (``sizing.Sizing``) also says how long its samples needed (``needed_s``)
+    and which cap, if any, shortened it (``capped``: "point" or "sweep")."""
 
     arrival: Arrival
     phase: str  # "list" | "ramp" | "spread" | "bisect"
     why: str
     duration_s: float  # measurement window (warm-up comes on top)
+    needed_s: float | None = None  # sized: the window its samples need (inf: unknown); None: not sized
+    capped: str = ""
 
     @property
     def rate(self) -> float:
         return float(self.arrival.rate) if self.arrival.rate is not None else math.nan
+
+    def sizing_json(self) -> dict[str, float | str | None] | None:
+        """run.json's per-point ``sizing`` (None for a point of fixed length)."""
+        if self.needed_s is None:
+            return None
+        needed = self.needed_s if math.isfinite(self.needed_s) else None
+        return {"needed_s": needed, "capped": self.capped or None}
 
     def to_json(self) -> PointJson:
         """The step's part of its run.json point entry."""
@@ -161,6 +180,41 @@ def _round_rate(rate: float) -> float:
     return float(f"{rate:.3g}")
 
 
+def count_cv(kind: str, cv: float | None) -> float:
+    """CV of the gaps between arrivals of this kind (what a window's count varies by)."""
+    return 0.0 if kind == "constant" else (cv if kind == "gamma" and cv is not None else 1.0)
+
+
+def spent_s(history: list[tuple[Step, Observation]]) -> float:
+    """Measured seconds the points so far were planned to run (a sized sweep's budget spent)."""
+    return sum(step.duration_s for step, _ in history)
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """How long the search's next point runs: fixed, or sized after ``spent`` seconds of windows."""
+
+    cfg: AutoSearch
+    point_duration_s: float
+    sizing: Sizing | None
+    spent: float
+    kind: str
+    cv: float | None
+
+    def step(self, rate: float, phase: str, why: str, confirm: bool = False) -> Step:
+        """``confirm``: a bisection point, which (unsized) may stretch to confirm a clean pass."""
+        arrival = _open(rate, kind=self.kind, cv=self.cv)
+        r = float(arrival.rate or rate)
+        if self.sizing is not None:
+            s = self.sizing.sized(r, self.spent, count_cv(self.kind, self.cv))
+            return Step(arrival, phase, why, s.duration_s, s.needed_s, s.capped)
+        duration = self.point_duration_s
+        if confirm:
+            need = samples_to_confirm(self.cfg.target_pct, self.cfg.confidence)
+            duration = round(min(max(duration, need / r), self.cfg.max_stretch * duration), 3)
+        return Step(arrival, phase, why, duration)
+
+
 def next_step(
     cfg: AutoSearch,
     history: list[tuple[Step, Observation]],
@@ -169,37 +223,38 @@ def next_step(
     has_slo: bool,
     kind: str = "poisson",
     cv: float | None = None,
+    sizing: Sizing | None = None,
 ) -> Step | None:
-    """The next load point of the automatic search, or None when it is done."""
+    """The next load point of the automatic search, or None when it is done.
+
+    Unsized, every point runs ``point_duration_s`` (a bisection point up to ``max_stretch``
+    times that, to confirm a pass); with ``sizing`` each runs until it holds its samples, within
+    the caps, and the search ends when the sweep's budget of measured time is used up."""
+    if sizing is not None and sizing.exhausted(spent_s(history)):
+        return None
+    t = _Timing(cfg, point_duration_s, sizing, spent_s(history), kind, cv)
     ramp = [(s, o) for s, o in history if s.phase == "ramp"]
     sat = _saturation(history, cfg)
     if sat is None and ramp:
         last = ramp[-1][1]
         nxt = last.rate * cfg.factor
         if not last.client_limited and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
-            return Step(
-                _open(nxt, kind, cv),
-                "ramp",
-                f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s",
-                point_duration_s,
-            )
+            return t.step(nxt, "ramp", f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s")
     elif not ramp:
-        return Step(_open(cfg.start_rate, kind, cv), "ramp", "light load", point_duration_s)
+        return t.step(cfg.start_rate, "ramp", "light load")
     rates = [o.rate for _, o in history]
     cap = capacity_estimate(history)
     if sat is not None and cap > 0:
         for f in sorted(cfg.spread):
             r = _round_rate(f * cap)
             if r > 0 and not _near(r, rates):
-                return Step(
-                    _open(r, kind, cv), "spread", f"{f:.0%} of the capacity found ({cap:.3g} req/s)", point_duration_s
-                )
+                return t.step(r, "spread", f"{f:.0%} of the capacity found ({cap:.3g} req/s)")
     if has_slo:
-        return _bisect_step(cfg, history, point_duration_s, kind, cv)
+        return _bisect_step(cfg, history, t)
     return None
 
 
-def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]]) -> str:
+def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]], sizing: Sizing | None = None) -> str:
     """Why the ramp stopped, in words (for the report when saturation was not reached)."""
     sat = _saturation(history, cfg)
     if sat is not None:
@@ -219,14 +274,17 @@ def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]]) -> str:
         rates = ", ".join(f"{o.rate:g}" for o in unjudged)
         s = "s" if len(unjudged) > 1 else ""
         note = f" ({len(unjudged)} ramp point{s} at {rates} req/s could not be judged: suspect or too few requests)"
+    if sizing is not None and sizing.exhausted(spent_s(history)):
+        return (
+            f"stopped at {last.rate:g} req/s: the sweep's {sizing.max_total_s:g} s of measured time "
+            f"(--max-sweep-duration) was used up before saturation{note}"
+        )
     if len(ramp) >= cfg.max_ramp:
         return f"stopped after {len(ramp)} ramp points without saturating (raise max_ramp){note}"
     return f"reached --max-rate {cfg.max_rate:g} req/s without saturating the endpoint{note}"
 
 
-def _bisect_step(
-    cfg: AutoSearch, history: list[tuple[Step, Observation]], point_duration_s: float, kind: str, cv: float | None
-) -> Step | None:
+def _bisect_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], t: _Timing) -> Step | None:
     if sum(1 for s, _ in history if s.phase == "bisect") >= cfg.max_bisect:
         return None
     target = cfg.target_pct / 100.0
@@ -250,6 +308,4 @@ def _bisect_step(
     rate = _round_rate(rate)
     if _near(rate, [r for r, _ in pts], rel=0.01):
         return None
-    need = samples_to_confirm(cfg.target_pct, cfg.confidence)
-    duration = min(max(point_duration_s, need / rate), cfg.max_stretch * point_duration_s)
-    return Step(_open(rate, kind, cv), "bisect", why, round(duration, 3))
+    return t.step(rate, "bisect", why, confirm=True)
