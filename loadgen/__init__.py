@@ -134,19 +134,23 @@ def run_point(
     workload: Workload | None = None,
     api_key: str | None = None,
     sim_flags: Sequence[str] = (),
+    force: bool = False,
 ) -> RunAnalysis:
     """Send one load point and write its run folder at ``out``; returns ``read_run(out)``.
 
     ``settings.endpoint`` None starts the built-in simulator (``sim_flags`` as for
     ``loadgen sim``) for the run. ``workload`` defaults to chat with 256 input and 128
-    output tokens. The API key is sent, never written.
+    output tokens, under a fresh salt (prefix caches start cold). The API key is sent, never
+    written. A folder that already holds a run is refused unless ``force``.
     """
     from loadgen.analysis.run_summary import summarize_run
     from loadgen.client.run import execute
     from loadgen.workload.base import SyntheticChat
+    from loadgen.workload.salt import new_salt
 
     folder = Path(out)
-    execute(settings, workload or SyntheticChat(), folder, api_key=api_key, sim_flags=list(sim_flags))
+    chosen = workload or SyntheticChat(256, 128, salt=new_salt())
+    execute(settings, chosen, folder, api_key=api_key, sim_flags=list(sim_flags), force=force)
     summarize_run(folder, lag_limit_ms=settings.lag_limit_ms)  # summary.json, as `loadgen run` writes it
     return read_run(folder)
 

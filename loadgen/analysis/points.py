@@ -27,6 +27,7 @@ from loadgen.analysis.validity import (
     VALID,
     Caveat,
     Validity,
+    cache_caveats,
     interruption,
     point_caveats,
     run_caveats,
@@ -199,6 +200,7 @@ class PointJson(TypedDict, total=False):
     client: dict[str, Any]  # the client's own health figures (see validity.client_caveats)
     state: str  # "running" | "complete" | "interrupted" (records.read_run_state's keys, per point)
     interrupted_reason: str
+    prefix_reuse: dict[str, Any]  # what the workload's own reuse lets a cache serve (workload.reuse)
 
 
 def slo_to_json(slo: SLO | None, name: str = "", target_pct: float = 99.0) -> SLOJson | None:
@@ -303,6 +305,8 @@ def _point_meta(meta: dict[str, Any]) -> list[PointJson]:
             "warmup_s": s.get("warmup_s", 0.0),
             "cooldown_s": s.get("cooldown_s", 0.0),
             "client": meta.get("client", {}),
+            "salt": meta.get("salt") or "",
+            "prefix_reuse": meta.get("prefix_reuse") or {},
         }
     ]  # a single run's state is the run's: RunAnalysis.validity carries it
 
@@ -376,7 +380,8 @@ def _figures(k: int, pm: PointJson, table: pa.Table, how: _Judging) -> PointFigu
         good = round((s.goodput_rps or 0.0) * s.window_s) if s.window_s > 0 else 0
         gp = rate_ci(good, s.window_s)
     costs = {name: cost_per_million(s.output_tps, price, how.gpus or 1.0) for name, price in how.prices.items()}
-    caveats = point_caveats(pm, s, how.lag_limit_ms) + ([Caveat("window_fallback", problem)] if problem else [])
+    caveats = point_caveats(pm, s, how.lag_limit_ms, more=cache_caveats(table, pm))
+    caveats += [Caveat("window_fallback", problem)] if problem else []
     closed = arr.get("kind") == "closed"
     return PointFigures(
         index=k,

@@ -12,13 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
+from loadgen.analysis.prompt_cache import cache_figures
 from loadgen.analysis.timeseries import timeseries
 from loadgen.analysis.validity import (
     VALID,
     Caveat,
     Validity,
+    cache_caveats,
     client_caveats,
     interruption,
     run_caveats,
@@ -55,12 +59,16 @@ class RunReport:
         return interruption(self.meta)
 
 
-def single_run_caveats(meta: dict[str, Any], summary: Summary, lag_limit_ms: float) -> list[Caveat]:
-    """Every caveat of a single run: its state and the simulator, its window's figures, its client."""
+def single_run_caveats(
+    meta: dict[str, Any], summary: Summary, lag_limit_ms: float, table: pa.Table | None = None
+) -> list[Caveat]:
+    """Every caveat of a single run: its state and the simulator, its window's figures, its
+    client, and (given its records) a prefix cache an earlier run warmed."""
     return (
         run_caveats(meta)
         + summary_caveats(summary, lag_p99_limit_ms=lag_limit_ms)
         + client_caveats(meta.get("client") or {})
+        + (cache_caveats(table, meta) if table is not None else [])
     )
 
 
@@ -82,7 +90,7 @@ def summarize_run(
     limit = settings.get("lag_limit_ms", 10.0) if lag_limit_ms is None else lag_limit_ms
     window = choose_window(table, warmup_s=warm, cooldown_s=cool)
     summary = summarize(table, window, slo)
-    caveats = single_run_caveats(meta, summary, limit)
+    caveats = single_run_caveats(meta, summary, limit, table)
     if write:
         doc = {
             "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -91,6 +99,7 @@ def summarize_run(
             "model": meta.get("model"),
             "validity": validity_json(caveats),
             "summary": summary_to_json(summary),
+            "prompt_cache": cache_figures(table),
             "timeseries": timeseries(table),
         }
         write_json(Path(run_dir) / "summary.json", doc)

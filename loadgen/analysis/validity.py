@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from loadgen.analysis.metrics import Summary
+from loadgen.analysis.prompt_cache import cache_warmth
 from loadgen.analysis.stats import min_samples_bounded
 from loadgen.run_folder import point_states, run_state_of
 
 __all__ = [
+    "cache_caveats",
     "SUSPECT_CODES",
     "SIZED_CODES",
     "MIN_CPU_WALL_S",
@@ -358,6 +360,14 @@ def run_caveats(meta: Mapping[str, Any]) -> list[Caveat]:
             )
         )
     return caveats
+
+
+def cache_caveats(table: Any, part: Mapping[str, Any]) -> list[Caveat]:
+    """``cache_warm`` when the records (a run's or a sweep point's) show more prompt caching
+    than the workload's own reuse allows (analysis.prompt_cache); ``part``: run.json or its
+    point entry (its ``prefix_reuse`` and ``salt``)."""
+    w = cache_warmth(table, part.get("prefix_reuse"), salt=part.get("salt"), salt_source=part.get("salt_source"))
+    return [Caveat(w.code, w.message)] if w.warm and w.message else []
 
 
 def point_caveats(

@@ -37,8 +37,11 @@ from loadgen.client.point import run_engine
 from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
 from loadgen.records import compact, make_folder, read_records, tool_info, write_json
 from loadgen.redaction import REDACTED, Secrets
+from loadgen.run_folder import mark_finished, mark_running
 from loadgen.untrusted import clean_text
 from loadgen.workload.base import Workload
+from loadgen.workload.reuse import predict_reuse, sent_sessions
+from loadgen.workload.salt import Salt, salt_of
 
 __all__ = [
     "execute",
@@ -93,8 +96,9 @@ def command_line(argv: Sequence[str], secrets: Secrets) -> list[str]:
 
 
 def start_state(meta: dict[str, Any]) -> dict[str, Any]:
-    """Mark ``meta`` (run.json, or a sweep point) as running in this process."""
-    meta.update(state="running", pid=os.getpid())
+    """Mark ``meta`` (run.json, or a sweep point) as running in this process (its pid and
+    start time, so a dead run is told from a live one even after its pid is reused)."""
+    mark_running(meta)
     return meta
 
 
@@ -103,10 +107,7 @@ def finish_state(meta: dict[str, Any], stopper: Stopper, error: BaseException | 
     reason: str | None = stopper.cut_reason or stopper.reason
     if error is not None:
         reason = f"the run failed: {type(error).__name__}: {error}" if str(error) else type(error).__name__
-    if reason is None:
-        meta.update(state="complete", interrupted_reason=None)
-    else:
-        meta.update(state="interrupted", interrupted_reason=clean_text(reason))
+    mark_finished(meta, None if reason is None else clean_text(reason))
     return meta
 
 
@@ -219,6 +220,7 @@ def execute(
     sim_flags: list[str] | None = None,
     on_engine: Callable[[Engine], None] | None = None,
     force: bool = False,
+    salt: Salt | None = None,
 ) -> RunResult:
     """Run once: target up, records written and compacted, run.json complete (or interrupted).
 
@@ -231,7 +233,7 @@ def execute(
     with catching_signals(stopper):
         with target(settings.endpoint, sim_flags or []) as (url, is_sim):
             model = settings.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
-            meta = start_state(_meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets))
+            meta = start_state(_meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets, salt))
             write_json(out / "run.json", meta)
             try:
                 with scraping_server_metrics(settings, url, out, meta):
@@ -254,6 +256,8 @@ def execute(
                 raise
         compact(out)
         meta["client"] = client
+        # how much of the prompts' bytes the workload itself repeats: the bound a warm cache exceeds
+        meta["prefix_reuse"] = predict_reuse(workload, sent_sessions(read_records(out))).json()
         meta["finished_wall_ns"] = time.time_ns()
         write_json(out / "run.json", finish_state(meta, stopper))
     failure = None if stopper.stopped else every_request_failed(out, secrets)
@@ -279,8 +283,10 @@ def _meta(
     run_id: str,
     sim_flags: list[str],
     secrets: Secrets,
+    salt: Salt | None = None,
 ) -> dict[str, Any]:
     return {
+        **(salt or salt_of(workload.describe())).json(),
         "run_id": run_id,
         "tool": tool_info(),
         "command": command_line(sys.argv[1:], secrets),

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from loadgen import clock
+from loadgen.client.fingerprint import merge_traffic
 from loadgen.client.interrupts import Stopper
 from loadgen.client.point import run_engine
 from loadgen.client.settings import RunSettings
@@ -183,5 +184,6 @@ def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
         "fast_read": all(c.get("fast_read", True) for c in ok),  # each worker's reason is under "workers"
         "records": sum(c.get("records", 0) for c in clients),
         **{key: sum(c.get(key, 0) for c in ok) for key in _SUMMED},
+        **merge_traffic(clients),
         "workers": clients,
     }

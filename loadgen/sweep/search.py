@@ -20,7 +20,8 @@ measured time is used up; without one, each runs a fixed ``point_duration_s``.
 Only points whose validity allows a verdict count (``Observation.judgeable``, and for
 capacity ``_trusted``): a suspect point is kept in the history (and the report shows it,
 marked) but never called saturated, never sets the capacity found, and never brackets
-the bisection.
+the bisection. The ramp does stop at a suspect point that looks past saturation
+(``overloaded_suspect``): going higher would only load the client and the endpoint more.
 
 Nothing here sends or reads a clock: ``next_step`` maps the history of
 (step, observation) pairs to the next step, so the search is tested with
@@ -34,11 +35,12 @@ plan (a fixed list or this search, timing per point) and list parsing in ``plan`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loadgen.analysis.attainment import samples_to_confirm
 from loadgen.analysis.points import PointJson
-from loadgen.analysis.saturation import KEEP_UP, MIN_GAIN, Observation, first_saturated
+from loadgen.analysis.saturation import KEEP_UP, MIN_GAIN, Observation, first_saturated, saturation_reason
+from loadgen.analysis.validity import VALID
 from loadgen.errors import ConfigError
 from loadgen.schedule import Arrival
 from loadgen.sweep.sizing import Sizing
@@ -52,6 +54,7 @@ __all__ = [
     "search_end",
     "count_cv",
     "spent_s",
+    "overloaded_suspect",
 ]
 
 
@@ -142,6 +145,17 @@ class Step:
 def _saturation(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> tuple[int, str] | None:
     """(index in the ramp order, reason) of the first saturated ramp point."""
     return first_saturated([obs for step, obs in history if step.phase == "ramp"], cfg.keep_up, cfg.min_gain)
+
+
+def overloaded_suspect(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> str | None:
+    """Why the last ramp point looks past saturation although it is suspect (so it is not
+    *called* saturated), or None. The ramp stops there: a higher rate would only load the
+    client and the endpoint more, and leave a backlog for the next point."""
+    ramp = [o for s, o in history if s.phase == "ramp"]
+    if not ramp or not ramp[-1].validity.withholding.suspect:
+        return None
+    prev = next((o for o in reversed(ramp[:-1]) if o.judgeable), None)
+    return saturation_reason(prev, replace(ramp[-1], validity=VALID), cfg.keep_up, cfg.min_gain)
 
 
 def served_rps(obs: Observation) -> float:
@@ -238,7 +252,8 @@ def next_step(
     if sat is None and ramp:
         last = ramp[-1][1]
         nxt = last.rate * cfg.factor
-        if not last.client_limited and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
+        more = not last.client_limited and overloaded_suspect(history, cfg) is None
+        if more and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
             return t.step(nxt, "ramp", f"x{cfg.factor:g}: still keeping up at {last.rate:g} req/s")
     elif not ramp:
         return t.step(cfg.start_rate, "ramp", "light load")
@@ -267,6 +282,11 @@ def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]], sizing:
         return (
             f"stopped at {last.rate:g} req/s: the client fell behind its schedule "
             f"(lag p99 {last.lag_p99_ms:.1f} ms); the endpoint was not saturated by then"
+        )
+    if (looks := overloaded_suspect(history, cfg)) is not None:
+        return (
+            f"stopped at {last.rate:g} req/s: it looked past saturation ({looks}) but was suspect "
+            f"({', '.join(last.validity.withholding.codes)}), so it is not called saturated"
         )
     unjudged = [o for o in ramp if not o.judgeable]
     note = ""
