@@ -26,7 +26,7 @@ __all__ = [
     "shard_indices",
 ]
 
-KINDS = ("constant", "poisson", "gamma", "closed")
+KINDS = ("constant", "poisson", "gamma", "closed", "trace")
 
 # Mixed into the user's seed so the schedule's random stream is independent of
 # the workload's, even though both are keyed by the same --seed.
@@ -58,23 +58,30 @@ def _positive_finite(value: float | None) -> bool:
 
 @dataclass(frozen=True)
 class Arrival:
-    """How requests arrive: an open-loop process at ``rate`` req/s, or closed loop.
+    """How requests arrive: an open-loop process at ``rate`` req/s, closed loop, or a trace.
 
     Validated at construction so a contradictory spec (a rate together with a
     concurrency cap, which silently turns an open loop closed at saturation) is
-    rejected before any traffic is sent.
+    rejected before any traffic is sent. ``trace``: the workload carries its own
+    arrival times (``Workload.offsets_ns()``), replayed ``speed`` times as fast as
+    recorded; ``rate``, when given, is their mean (a label: nothing is drawn from it).
     """
 
     kind: str
     rate: float | None = None
     cv: float | None = None
     concurrency: int | None = None
+    speed: float | None = None  # trace only: 2.0 replays the trace twice as fast (gaps halved)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ScheduleError(f"arrival kind {self.kind!r} is unknown; use one of {', '.join(KINDS)}")
+        if self.speed is not None and self.kind != "trace":
+            raise ScheduleError(f"speed applies only to a trace's own arrival times, not to {self.kind}")
         if self.kind == "closed":
             self._check_closed()
+        elif self.kind == "trace":
+            self._check_trace()
         else:
             self._check_open()
 
@@ -86,6 +93,14 @@ class Arrival:
             raise ScheduleError("closed loop takes a concurrency, not a rate; drop the rate")
         if self.cv is not None:
             raise ScheduleError("cv applies only to gamma arrivals, not to a closed loop")
+
+    def _check_trace(self) -> None:
+        if self.rate is not None and not _positive_finite(self.rate):
+            raise ScheduleError(f"a trace's mean rate must be a finite number > 0 requests/s, got {self.rate!r}")
+        if self.speed is not None and not _positive_finite(self.speed):
+            raise ScheduleError(f"trace speed must be a finite number > 0, got {self.speed!r}")
+        if self.cv is not None or self.concurrency is not None:
+            raise ScheduleError("a trace carries its own arrival times: it takes no cv or concurrency")
 
     def _check_open(self) -> None:
         if self.rate is None:
@@ -108,6 +123,10 @@ class Arrival:
     def __str__(self) -> str:
         if self.kind == "closed":
             return f"closed loop, concurrency {self.concurrency}"
+        if self.kind == "trace":
+            speed = f"{self.speed:g}x" if self.speed is not None else "recorded"
+            mean = f", mean {self.rate:.3g} req/s" if self.rate is not None else ""
+            return f"trace replay at {speed} speed{mean}"
         head = f"gamma(cv={self.cv:g})" if self.kind == "gamma" else self.kind
         return f"{head} @ {self.rate:g} req/s"
 
@@ -159,6 +178,8 @@ def offsets_ns(
     """
     if arrival.kind == "closed":
         raise ScheduleError("a closed loop has no schedule: the engine issues a request when one completes")
+    if arrival.kind == "trace":
+        raise ScheduleError("a trace's arrival times come with its workload (Workload.offsets_ns()), not from here")
     limit_ns, n_max = _bounds(arrival, duration_s, count)
     if arrival.kind == "constant":
         return _constant(arrival.rate, limit_ns, n_max)  # type: ignore[arg-type]

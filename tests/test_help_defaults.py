@@ -84,10 +84,7 @@ def problem(action: argparse.Action) -> str | None:
 PENDING: frozenset[str] = frozenset(
     {
         "run --api",
-        "run --rate",
-        "run --arrival",
         "run --concurrency",
-        "run --requests",
         "run --warmup",
         "run --cooldown",
         "run --seed",

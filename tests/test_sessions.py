@@ -129,7 +129,8 @@ def test_a_session_counts_in_the_window_its_first_turn_was_scheduled_in(three: p
     w = Window(ns(50), ns(1000), BASE)
     m = session_summary(three, w)
     assert m.sessions == 2 and m.completed == 0
-    assert m.offered_sessions_per_s == pytest.approx(2 / 0.95)
+    # sessions 1 and 2 start 100 ms apart: two starts over their span plus one mean gap (200 ms)
+    assert m.offered_sessions_per_s == pytest.approx(2 / 0.2)
     # the req/s the sessions produced: every turn sent inside the window (session 0's later turns too)
     assert m.produced_requests_per_s == pytest.approx(5 / 0.95)
 
@@ -183,3 +184,16 @@ def test_trace_loads(tmp_path: Path) -> None:
     sg.write_text(json.dumps([{"conversations": two}]))
     assert load_unit(load_workload("sharegpt", overrides={"path": str(sg)}).describe()) == "sessions/s"
     assert load_unit({"format": "azure", "speed": 1.0}) == "req/s"
+
+
+def test_the_words_show_a_lower_bound_where_a_session_did_not_complete(three: pa.Table) -> None:
+    two_seconds = Window(BASE, BASE + 2 * 10**9, BASE)
+    sessions, duration, turns = session_summary(three, two_seconds).lines()
+    assert (
+        sessions
+        == "sessions: 3 in the window (10.00 sessions/s offered, producing 3.00 req/s); 1 completed, 2 not completed"
+    )
+    assert (
+        duration == "session duration: p50 >= 0.7 s, p90 >= 0.9 s, p99 >= 0.9 s (2 not completed: at least this long)"
+    )
+    assert turns.startswith("turns per session: p50 3.0, p90 3.0, p99 3.0; 8 scheduled, 5 ok, 2 not sent; turn E2E p50")

@@ -180,8 +180,8 @@ def test_plan_bounds_and_description() -> None:
     assert auto.max_points() == 8 + 3 + 4
     assert send == 11 * 10 + 4 * (2 + 24) and bound == send + 15 * 15
     assert "at most 15 points" in auto.describe()
-    default = SweepPlan("auto")  # what a bare `loadgen sweep` plans: keep it short
-    assert default.time_bound_s()[0] <= 120
+    unsized = SweepPlan("auto")  # with --point-duration (a bare `loadgen sweep` is sized: test_sweep_sizing)
+    assert unsized.time_bound_s()[0] <= 120
     with pytest.raises(ConfigError):
         SweepPlan("rates")
     with pytest.raises(ConfigError):

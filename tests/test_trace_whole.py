@@ -6,6 +6,7 @@ Every trace here is a small file the test writes (never /work/shared/traces).
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -24,6 +25,7 @@ from loadgen.client.point import build_plan
 from loadgen.client.settings import DEFAULT_DURATION_S, RunSettings
 from loadgen.errors import ConfigError
 from loadgen.schedule import Arrival
+from loadgen.sim.process import SimProcess
 from loadgen.workload.base import SyntheticChat
 from loadgen.workload.load import builtin_specs, load_workload
 
@@ -47,7 +49,7 @@ def bursty(tmp_path: Path) -> Path:
     return azure_csv(tmp_path / "bursty.csv", gaps)
 
 
-def parse(*argv: str):  # noqa: ANN201 - an argparse Namespace
+def parse(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["run", "--endpoint", "http://127.0.0.1:8000/v1", *argv])
 
 
@@ -71,7 +73,7 @@ def test_a_trace_is_replayed_whole_by_default_where_10_s_used_to_cut_it(bursty: 
     assert len(offs) == 200 and np.array_equal(offs, whole)  # every request, at the trace's own times
     assert settings.duration_s is None and settings.requests == 200
     assert settings.arrival.kind == "trace" and settings.arrival.speed == 1.0
-    assert line == f"replaying the whole trace: 200 requests over {whole[-1] / 1e9:,.1f} s at 1x speed"
+    assert line == f"replaying all 200 requests over {whole[-1] / 1e9:,.1f} s at 1x speed"
 
 
 @pytest.mark.parametrize(
@@ -85,6 +87,16 @@ def test_duration_or_requests_cut_a_trace_and_the_terminal_says_so(
     assert len(offs) == kept and settings.requests == kept
     assert line is not None
     assert line.startswith(f"replaying {kept} of 200 requests") and line.endswith(f"(cut by {named})")
+
+
+def test_the_line_names_what_the_spec_itself_selects_of_the_file(bursty: Path) -> None:
+    """The built-in azure spec replays a window of the file: the terminal says so, and how to get all of it."""
+    _, offs, line = plan_of("--workload", "azure", "--set", f"path={bursty}", "--set", "window=20")
+    assert len(offs) == 80
+    assert line == (
+        f"replaying all 80 requests over {offs[-1] / 1e9:,.1f} s at 1x speed; "
+        "the spec's window 20 s selects 80 of the file's 200 rows (--set window=null for all)"
+    )
 
 
 def test_the_speed_scales_the_trace_and_run_json_records_it(bursty: Path) -> None:
@@ -210,14 +222,23 @@ def run_loadgen(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_run_replays_a_whole_trace_and_run_json_says_trace(fixed_sim, tmp_path: Path) -> None:  # noqa: ANN001
+def test_run_replays_a_whole_trace_and_run_json_says_trace(fixed_sim: SimProcess, tmp_path: Path) -> None:
     trace = azure_csv(tmp_path / "t.csv", [0.05] * 29)  # 30 requests over 1.45 s
     out = tmp_path / "run"
     r = run_loadgen(
-        "run", "--endpoint", fixed_sim.url, "--workload", "azure", "--set", f"path={trace}", "--no-live", "--out", str(out)
+        "run",
+        "--endpoint",
+        fixed_sim.url,
+        "--workload",
+        "azure",
+        "--set",
+        f"path={trace}",
+        "--no-live",
+        "--out",
+        str(out),
     )
     assert r.returncode == 0, r.stderr
-    assert "replaying the whole trace: 30 requests over 1.4 s at 1x speed" in r.stdout
+    assert "replaying all 30 requests over 1.4 s at 1x speed" in r.stdout
     meta = json.loads((out / "run.json").read_text())
     arrival = meta["settings"]["arrival"]
     assert arrival["kind"] == "trace" and arrival["speed"] == 1.0 and arrival["label"].startswith("trace replay")

@@ -22,6 +22,7 @@ from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
 from loadgen.analysis.saturation import first_saturated, observe
+from loadgen.analysis.sessions import SessionSummary, session_summary
 from loadgen.analysis.stats import rate_ci
 from loadgen.analysis.validity import (
     VALID,
@@ -68,6 +69,7 @@ class PointFigures:
     caveats: list[Caveat] = field(default_factory=list)
     validity: Validity = VALID  # the point's own (its run's is RunAnalysis.validity)
     on_frontier: bool = False
+    sessions: SessionSummary | None = None  # whole-session figures (analysis.sessions)
 
     @property
     def warnings(self) -> list[str]:  # the caveats' messages, for views that show words only
@@ -397,6 +399,7 @@ def _figures(k: int, pm: PointJson, table: pa.Table, how: _Judging) -> PointFigu
         costs=costs,
         caveats=caveats,
         validity=Validity.of(caveats),
+        sessions=session_summary(table, window),
     )
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
 from loadgen.analysis.prompt_cache import cache_figures
+from loadgen.analysis.sessions import SessionSummary, session_summary
 from loadgen.analysis.timeseries import timeseries
 from loadgen.analysis.validity import (
     VALID,
@@ -47,6 +48,7 @@ class RunReport:
     summary: Summary
     caveats: list[Caveat] = field(default_factory=list)
     validity: Validity = VALID
+    sessions: SessionSummary | None = None  # sessions of several turns: whole-session figures
 
     @property
     def warnings(self) -> list[str]:
@@ -90,6 +92,7 @@ def summarize_run(
     limit = settings.get("lag_limit_ms", 10.0) if lag_limit_ms is None else lag_limit_ms
     window = choose_window(table, warmup_s=warm, cooldown_s=cool)
     summary = summarize(table, window, slo)
+    sessions = session_summary(table, window)
     caveats = single_run_caveats(meta, summary, limit, table)
     if write:
         doc = {
@@ -100,8 +103,9 @@ def summarize_run(
             "validity": validity_json(caveats),
             "summary": summary_to_json(summary),
             "prompt_cache": cache_figures(table),
+            "sessions": sessions.to_json(),
             "timeseries": timeseries(table),
         }
         write_json(Path(run_dir) / "summary.json", doc)
         annotate_run(Path(run_dir), window, table=table)  # in_window and the figures' own columns
-    return RunReport(Path(run_dir), meta, summary, caveats, Validity.of(caveats))
+    return RunReport(Path(run_dir), meta, summary, caveats, Validity.of(caveats), sessions=sessions)

@@ -15,7 +15,8 @@ carries its ``session`` id within its load point. Its figures (``per_session``):
 A session counts in a window when its first turn's ``t_sched`` is in it, as a request
 does. ``session_summary`` folds the window's sessions: started and completed counts,
 duration percentiles (a lower bound, ``>= x``, where one reaches a censored session),
-turns per session, the sessions/s offered and the req/s they produced. ``load_unit``
+turns per session, the sessions/s offered (their starts over the span of their starts)
+and the req/s they produced (turns sent per second of the window). ``load_unit``
 says whether a workload's load is sessions/s (its sessions have more than one turn) or
 req/s, from its ``describe()``.
 """
@@ -134,12 +135,29 @@ class SessionSummary:
     duration: Dist  # ms; censored for a session that did not complete
     turns_per_session: Dist
     turn_e2e: Dist  # ms, every turn of those sessions, censored as the request E2E
-    offered_sessions_per_s: float  # sessions scheduled in the window / its length
+    offered_sessions_per_s: float  # their starts per second, over the span of their starts
     produced_requests_per_s: float  # turns (any session's) sent in the window / its length
 
     @property
     def unit(self) -> str:
         return "sessions/s" if self.multi_turn else "req/s"
+
+    def lines(self) -> list[str]:
+        """The summary in words, one line each (the terminal prints them, the report shows them);
+        a percentile that reaches a session that did not complete is shown ``>= x``."""
+        if not self.sessions:
+            return ["sessions: none started in the window"]
+        rate = f"{_num(self.offered_sessions_per_s, 2)} sessions/s offered, producing "
+        rate += f"{_num(self.produced_requests_per_s, 2)} req/s"
+        cens = self.duration.censored
+        return [
+            f"sessions: {self.sessions:,} in the window ({rate}); {self.completed:,} completed, "
+            f"{self.sessions - self.completed:,} not completed",
+            f"session duration: {_pcts(self.duration, 1e-3, ' s')}"
+            + (f" ({cens:,} not completed: at least this long)" if cens else ""),
+            f"turns per session: {_pcts(self.turns_per_session, 1.0, '')}; {self.turns:,} scheduled, "
+            f"{self.turns_ok:,} ok, {self.turns_not_sent:,} not sent; turn E2E {_pcts(self.turn_e2e, 1.0, ' ms')}",
+        ]
 
     def to_json(self) -> dict[str, Any]:
         """Strict JSON: units in the key names, null (never "inf") where no figure exists."""
@@ -185,7 +203,7 @@ def session_summary(table: pa.Table, window: Window) -> SessionSummary:
         duration=describe(dur[done], percentiles=SESSION_PERCENTILES, censored=dur[~done]),
         turns_per_session=describe(s.turns[inwin].astype(np.float64), percentiles=SESSION_PERCENTILES),
         turn_e2e=describe(lat.e2e[rows], percentiles=SESSION_PERCENTILES, censored=lat.e2e_c[rows]),
-        offered_sessions_per_s=_rate(int(inwin.sum()), length),
+        offered_sessions_per_s=_start_rate(s.start_ns[inwin]),
         produced_requests_per_s=_rate(int((has_sent & window.contains(sent)).sum()), length),
     )
 
@@ -214,6 +232,33 @@ def _more_than_one(dist: dict[str, Any]) -> bool:
             return bool(v > 1)
     mean = dist.get("mean")
     return not isinstance(mean, (int, float)) or mean > 1
+
+
+def _pcts(d: Dist, scale: float, unit: str) -> str:
+    """``p50 12.3 s, p90 >= 40.1 s, p99 >= 55.0 s`` (``-`` without samples)."""
+    if not d.n:
+        return "-"
+    out = []
+    for p in SESSION_PERCENTILES:
+        v = d.pct(p)[0] * scale
+        out.append(f"p{p:g} {'>= ' if d.lower_bound(p) else ''}{_num(v, 1)}{unit}")
+    return ", ".join(out)
+
+
+def _num(v: float, digits: int) -> str:
+    if not np.isfinite(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{digits}f}"
+
+
+def _start_rate(starts: Ints) -> float:
+    """Sessions per second from their first turns' instants: n over their span plus one mean
+    gap (as ``choose_window`` spans requests: a constant rate r gives exactly r); NaN below 2."""
+    n = int(starts.size)
+    if n < 2:
+        return float("nan")
+    span_s = float(starts.max() - starts.min()) / 1e9 * n / (n - 1)
+    return n / span_s if span_s > 0 else float("nan")
 
 
 def _rate(count: int, seconds: float) -> float:

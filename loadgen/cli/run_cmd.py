@@ -400,7 +400,9 @@ def what_is_sent(args: argparse.Namespace, settings: RunSettings, workload: Work
 
     trace = workload.offsets_ns()
     if trace is not None and settings.arrival.kind == "trace":
-        return cut_trace(trace, args.duration, args.requests).line(settings.arrival.speed)
+        return cut_trace(trace, args.duration, args.requests).line(settings.arrival.speed) + spec_selection(
+            workload.describe(), len(trace)
+        )
     size = workload.size
     if size is None or settings.requests is None:
         return None
@@ -409,6 +411,27 @@ def what_is_sent(args: argparse.Namespace, settings: RunSettings, workload: Work
     if args.duration is None and args.requests is None:
         return f"sending each of the workload's {size:,} {unit} once{closed}"
     return None
+
+
+def spec_selection(described: dict[str, Any], selected: int) -> str:
+    """``; the spec's window 600 s selects 1,482 of the file's 8,819 rows (--set window=null for all)``,
+    when the spec selects fewer rows than the trace file holds; else nothing."""
+    rows = described.get("rows")
+    if not isinstance(rows, int) or rows <= selected:
+        return ""
+    parts, undo = [], []
+    for name, key, unit, off in (
+        ("start", "start_s", " s", "0"),
+        ("window", "window_s", " s", "null"),
+        ("max_requests", "max_requests", "", "null"),
+    ):
+        value = described.get(key)
+        if isinstance(value, (int, float)) and (value or key != "start_s"):
+            parts.append(f"{name} {value:g}{unit}")
+            undo.append(f"--set {name}={off}")
+    by = f"the spec's {', '.join(parts)}" if parts else "the spec"
+    hint = f" ({' '.join(undo)} for all)" if undo else ""
+    return f"; {by} selects {selected:,} of the file's {rows:,} rows{hint}"
 
 
 def load_unit_of(workload: Workload) -> str:

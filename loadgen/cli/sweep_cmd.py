@@ -13,7 +13,6 @@ price it uses are printed before anything is sent; the points a cap cut short, a
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +34,17 @@ from loadgen.cli.run_cmd import (
     shared_settings,
 )
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
+from loadgen.cli.sweep_defaults import (
+    DEFAULT_SLO,
+    EXAMPLE_PRICE,
+    UNSIZED_START_RATE,
+    defaults_note,
+    prices_from_args,
+    sizing_from_args,
+    sizing_note,
+    slo_choice,
+    start_rate,
+)
 from loadgen.client.settings import MAX_CONCURRENCY, MAX_RATE
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.sweep.sizing import MAX_POINT_S, MAX_TOTAL_S, MIN_POINT_S
@@ -42,13 +52,7 @@ from loadgen.sweep.sizing import MAX_POINT_S, MAX_TOTAL_S, MIN_POINT_S
 if TYPE_CHECKING:
     from loadgen.analysis.metrics import SLO
     from loadgen.schedule import Arrival
-    from loadgen.sweep.run import PointResult, SweepSettings
-    from loadgen.sweep.sizing import Sizing
-
-DEFAULT_SLO = "interactive-chat"  # the SLO profile a sweep judges by when no --slo is given
-EXAMPLE_PRICE = 2.5  # $ per GPU-hour, only to show $/M tokens when no --price-per-gpu-hour is given
-EXAMPLE_PRICE_LABEL = f"example ${EXAMPLE_PRICE:g}/GPU-h: pass --price-per-gpu-hour"
-UNSIZED_START_RATE = 2.0  # --auto's first rate with a fixed --point-duration
+    from loadgen.sweep.run import SweepSettings
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -233,49 +237,6 @@ def _at_most(values: list[float], limit: float, flag: str) -> None:
         raise ConfigError(f"{flag}: {shown} is above the limit of {limit:,.0f}")
 
 
-def slo_choice(args: argparse.Namespace) -> tuple[str | None, bool]:
-    """(the --slo text to judge by, whether it is the default): none -> (None, False)."""
-    if args.slo is None:
-        return DEFAULT_SLO, True
-    if args.slo.strip().lower() == "none":
-        return None, False
-    return args.slo, False
-
-
-def sizing_from_args(args: argparse.Namespace, target_pct: float | None) -> Sizing | None:
-    """The point sizing, or None when --point-duration fixes every window."""
-    from loadgen.sweep.sizing import Sizing, samples_needed
-
-    if args.point_duration is not None:
-        return None
-    return Sizing(
-        samples=samples_needed(0.95, target_pct),
-        min_s=args.min_point_duration,
-        max_point_s=args.max_point_duration,
-        max_total_s=args.max_sweep_duration,
-    )
-
-
-def _start_rate(args: argparse.Namespace, sizing: Sizing | None, cv: float) -> float:
-    """--start-rate, else the lowest rate a sized point fills within its cap (rounded up to
-    a round number), never above --max-rate."""
-    from loadgen.sweep.sizing import nice_rate_at_least
-
-    if args.start_rate is not None:
-        return float(args.start_rate)
-    start = UNSIZED_START_RATE if sizing is None else nice_rate_at_least(sizing.lowest_rate(cv))
-    return min(start, float(args.max_rate))
-
-
-def _prices(args: argparse.Namespace) -> tuple[dict[str, float], bool]:
-    """(the prices, whether they are the labelled example)."""
-    from loadgen.analysis.pareto import parse_prices
-
-    if args.price_per_gpu_hour is None:
-        return {EXAMPLE_PRICE_LABEL: EXAMPLE_PRICE}, True
-    return parse_prices(args.price_per_gpu_hour), False
-
-
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     from loadgen.client.settings import RunSettings
     from loadgen.schedule import parse_arrival
@@ -289,7 +250,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     target = args.slo_target if args.slo_target is not None else (profile_target or 99.0)
     kind = parse_arrival(args.arrival, rate=1.0)
     sizing = sizing_from_args(args, target if slo is not None else None)
-    start = _start_rate(args, sizing, count_cv(kind.kind, kind.cv))
+    start = start_rate(args, sizing, count_cv(kind.kind, kind.cv))
     auto = AutoSearch(start_rate=start, max_rate=args.max_rate, target_pct=target)
     point_s = args.point_duration if sizing is None else sizing.min_s
     plan = SweepPlan(
@@ -305,7 +266,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         sizing=sizing,
     )
     base = RunSettings(**shared_settings(args), duration_s=point_s + args.warmup)
-    prices, example = _prices(args)
+    prices, example = prices_from_args(args)
     gpus, gpus_default = args.gpus, False
     if gpus is None and base.endpoint is None:  # the built-in simulator: its own tensor-parallel degree
         gpus, gpus_default = float(getattr(args, "sim_tp", 1) or 1), True
@@ -322,61 +283,6 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         price_is_example=example,
         gpus_is_default=gpus_default,
     )
-
-
-# --------------------------------------------------------------------------- what the terminal says
-
-
-def defaults_note(settings: SweepSettings) -> list[str]:
-    """Lines printed before the sweep: the SLO, GPUs and price it chose for the user."""
-    out: list[str] = []
-    if settings.slo_is_default and settings.slo is not None:
-        s = settings.slo
-        bounds = ", ".join(
-            f"{name} <= {v:g} ms" for name, v in (("TTFT", s.ttft_ms), ("TPOT", s.tpot_ms), ("E2E", s.e2e_ms)) if v
-        )
-        out.append(
-            f"SLO: the default profile {settings.slo_name} (p99 {bounds}; "
-            f"{settings.plan.auto.target_pct:g}% attainment); --slo PROFILE for another, --slo none for none"
-        )
-    elif settings.slo is None and settings.plan.mode == "auto":
-        out.append("(--slo none: the search stops after saturation; give --slo PROFILE for capacity at SLO)")
-    if settings.price_is_example:
-        gpus = f"x {settings.gpus:g} GPU" if settings.gpus else "for the whole endpoint (no --gpus)"
-        price = next(iter(settings.prices.values()))
-        out.append(
-            f"$/M tokens at an example price: ${price:g} per GPU-hour {gpus} "
-            "(example price: pass --price-per-gpu-hour with yours)"
-        )
-    return out
-
-
-def sizing_note(settings: SweepSettings, points: list[PointResult]) -> str | None:
-    """After a sized sweep: whether every point held its samples, and which ones a cap cut short."""
-    sizing = settings.plan.sizing
-    if sizing is None or not points:
-        return None
-    capped = [p for p in points if p.step.capped]
-    if not capped:
-        return (
-            f"sizing: every point ran until its window held the {sizing.samples} requests a bounded p99 needs "
-            f"({sizing.min_s:g}-{sizing.max_point_s:g} s each)"
-        )
-    cut = []
-    for p in capped:
-        why = f"--max-point-duration {sizing.max_point_s:g} s" if p.step.capped == "point" else "--max-sweep-duration"
-        needed = p.step.needed_s
-        need = f"needed {needed:.0f} s" if needed is not None and math.isfinite(needed) else "its rate was unknown"
-        cut.append(f"{_load(p)} ran {p.step.duration_s:g} s ({need}; cut by {why})")
-    return (
-        f"sizing: {len(capped)} of {len(points)} points hit a cap before holding {sizing.samples} requests, "
-        f"so their p99s may be open intervals: {'; '.join(cut)}"
-    )
-
-
-def _load(p: PointResult) -> str:
-    a = p.step.arrival
-    return f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
 
 
 # --------------------------------------------------------------------------- main
@@ -427,6 +333,6 @@ def main(args: argparse.Namespace) -> int:
         return ending(True, result.stop_reason, cut, None)
     report = render_sweep(out)
     report.print(Console(width=None if sys.stdout.isatty() else 160))
-    if (note := sizing_note(settings, result.points)) is not None:
+    if (note := sizing_note(settings.plan.sizing, [p.step for p in result.points])) is not None:
         console.print(note, style="yellow" if "hit a cap" in note else "dim", highlight=False)
     return ending(result.interrupted, result.stop_reason, cut, result.failure) or gate_after_run(out, args)

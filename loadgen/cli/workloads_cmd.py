@@ -7,11 +7,10 @@ bytes) and prints what they hold (``workload_preview``). Nothing is sent anywher
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loadgen.cli.flags import bounded_int
+from loadgen.cli.overrides import add_set_flag, parse_sets
 from loadgen.client.settings import MAX_SEED
-from loadgen.errors import ConfigError
 
 __all__ = ["add_parser"]
 
@@ -43,13 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="sessions to build (default: %(default)s sessions)",
     )
-    pv.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a spec field, e.g. --set input.mean=300 (repeatable)",
-    )
+    add_set_flag(pv)
     pv.add_argument(
         "--tokenizer",
         default=None,
@@ -64,21 +57,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         return 2
 
     p.set_defaults(func=usage)
-
-
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--set {item!r}: the value is not YAML ({' '.join(str(e).split())})") from None
-    return out
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -120,7 +98,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from loadgen.cli.workload_preview import preview_stats, render
     from loadgen.workload.load import load_workload
 
-    w = load_workload(args.name, seed=args.seed, tokenizer=args.tokenizer, overrides=parse_sets(args.set))
+    w = load_workload(args.name, seed=args.seed, tokenizer=args.tokenizer, overrides=parse_sets(args))
     stats = preview_stats(w, args.n)
     if args.json:
         print(orjson.dumps(stats, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())

@@ -52,7 +52,7 @@ class TraceCut:
         at = f" at {speed:g}x speed" if speed is not None else ""
         over = f" over {self.span_s:,.1f} s{at}"
         if self.cut_by is None:
-            return f"replaying the whole trace: {self.replayed:,} requests{over}"
+            return f"replaying all {self.replayed:,} requests{over}"
         return f"replaying {self.replayed:,} of {self.total:,} requests{over} (cut by {self.cut_by})"
 
 

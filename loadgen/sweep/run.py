@@ -1,7 +1,8 @@
 """Run a sweep: bring the target up once, send each load point, keep one run folder.
 
 Each point is a ``client.run.run_point`` call with its own arrival, a warm-up, a
-measurement window and a bounded drain; its records go to
+measurement window (fixed, or sized by the plan to hold the samples its p99 verdicts
+need; run.json records the sizing and, per point, which cap cut it short) and a bounded drain; its records go to
 ``records-pNNN.arrows`` (the ``point`` column says which) and are compacted
 with the others into one ``records.parquet``. Between points the search
 (``search.next_step``) sees only the point's Observation, so it is replayable.
@@ -109,6 +110,11 @@ def point_salt(settings: SweepSettings, k: int) -> str:
     if not settings.point_salt:
         return settings.salt
     return f"{settings.salt}p{k}"
+
+
+def _steps(settings: SweepSettings, history: list[tuple[Step, Observation]]) -> Step | None:
+    """The step sent after ``history``: the plan's (listed or searched, sized or fixed)."""
+    return settings.plan.next_step(history)
 
 
 def _point_settings(settings: SweepSettings, step: Step, k: int) -> RunSettings:
@@ -267,7 +273,7 @@ def _send_points(
 ) -> None:
     """Send the next step until the plan or the search has none (or the sweep is stopped);
     each point's entry is in run.json while it runs (``running``) and after (its state)."""
-    while not to.stopper.stopped and (step := settings.plan.next_step(_history(result))) is not None:
+    while not to.stopper.stopped and (step := _steps(settings, _history(result))) is not None:
         k = len(result.points)
         entry = start_state(_point_json(settings, step, k, None))
         meta["points"].append(entry)

@@ -328,4 +328,9 @@ def _bisect_step(cfg: AutoSearch, history: list[tuple[Step, Observation]], t: _T
     rate = _round_rate(rate)
     if _near(rate, [r for r, _ in pts], rel=0.01):
         return None
+    again = [o for _, o in history if _near(rate, [o.rate], rel=0.01)]  # sent there, but suspect
+    if len(again) > 1:
+        return None  # one retry of a suspect point; a second suspect one at that rate ends the bisection
+    if again:
+        why = f"{why} (again: the point at {again[0].rate:g} req/s was suspect: {', '.join(again[0].validity.codes)})"
     return t.step(rate, "bisect", why, confirm=True)
