@@ -290,5 +290,5 @@ def test_the_turns_a_failed_turn_left_unsent_are_misses_not_latency_samples(tmp_
         rec(900, first=950, session=3, turn=0),
     )
     s = summarize(t, WHOLE, SLO(ttft_ms=100))
-    assert (s.ttft.n, s.ttft.censored) == (4, 2)  # the http_error and session 2's turn
+    assert (s.ttft.n, s.ttft.censored) == (3, 1)  # session 2's turn; the http_error is a failure
     assert s.requests == 5 and s.slo_met == 2  # every unsent turn is still a miss

@@ -29,7 +29,7 @@ from loadgen.records import read_records, read_run_meta
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sweep.plan import SweepPlan
-from loadgen.sweep.run import SweepSettings, run_sweep
+from loadgen.sweep.run import SweepSettings, point_simulator, run_sweep
 from loadgen.sweep.search import AutoSearch, Step, next_step, search_end, spent_s
 from loadgen.sweep.sizing import Sizing, expected_for, nice_rate_at_least, samples_needed
 from loadgen.workload.base import SyntheticChat
@@ -294,3 +294,19 @@ def test_a_sized_sweep_records_its_sizing_slo_and_example_price(tmp_path: Path) 
         {"needed_s": 0.525, "capped": None},
     ]
     assert [p["duration_s"] for p in meta["points"]] == [1.0, 0.525]
+    for p in meta["points"]:  # how the simulator kept up during each point (validity can judge per point)
+        assert p["simulator"]["steps"] >= 0 and p["simulator"]["late_steps"] >= 0
+
+
+def test_a_points_simulator_block_is_the_change_of_the_counters_over_it() -> None:
+    before = {"steps": 100, "late_steps": 2, "frontend_waits": 0, "frontend_wait_ms": 0.0, "max_lateness_ms": 30.0}
+    calm = {**before, "steps": 400, "late_steps": 2}
+    assert point_simulator(before, calm) == {
+        "steps": 300,
+        "late_steps": 0,
+        "frontend_waits": 0,
+        "frontend_wait_ms": 0.0,
+        "max_lateness_ms": 0.0,  # the 30 ms was an earlier point's
+    }
+    late = {**before, "steps": 400, "late_steps": 52, "max_lateness_ms": 80.0}
+    assert point_simulator(before, late)["late_steps"] == 50 and point_simulator(before, late)["max_lateness_ms"] == 80

@@ -157,16 +157,23 @@ def itl_icl(c: Cols, rows: Mask) -> tuple[Floats, Floats]:
     return itl, icl
 
 
+# Statuses of a request loadgen stopped waiting for: its latency is at least its elapsed time.
+WAITING = ("cancelled", "timeout", "not_sent")
+
+
 @dataclass(frozen=True)
 class Latencies:
     """Per request (every row), in ms: each figure exact where known, else right-censored.
 
     - TTFT: exact for every request whose first output chunk arrived, however it ended
-      (ok, cancelled, timeout, disconnected, ...); a request that failed or never
-      ended without one is censored at its elapsed time. An ok request with no output
-      chunk (an empty answer) has no TTFT: nothing was owed.
-    - E2E: exact for ok requests; every other one never finished well and is censored
-      at its elapsed time.
+      (ok, cancelled, timeout, disconnected, ...); one still waiting for it when loadgen
+      stopped waiting (``WAITING``: cancelled at the end, timed out, never sent) is
+      censored at its elapsed time. A request the endpoint ended without one (an HTTP
+      error, a broken stream) is a failure, not a latency sample: it counts as a failure
+      and as a miss, and would otherwise make every percentile above its few milliseconds
+      a lower bound. An ok request with no output chunk (an empty answer) has no TTFT.
+    - E2E: exact for ok requests; a ``WAITING`` one is censored at its elapsed time;
+      one the endpoint ended badly is a failure, as for TTFT.
     - TPOT: every request with >= 2 output tokens, whatever its status: a cut stream
       counts over the tokens it received (the open gap at the cut is not timed).
     - ``ttft_sent``: TTFT from the actual send; only requests that were sent.
@@ -200,7 +207,8 @@ class Latencies:
         elapsed = np.maximum(ms(end, c.t_sched), 0.0)
         unsent = c.status == "not_sent"
         counts = ~(unsent & _after_a_cut(c)) if unsent.any() else np.ones(c.n, dtype=bool)
-        no_first = ~has_first & ~c.ok & counts
+        waiting = np.isin(c.status, WAITING) & counts
+        no_first = ~has_first & waiting
         tpot = np.full(c.n, np.nan)
         a = has_first & has_last & (c.out >= 2)
         tpot[a] = ms(last[a], first[a]) / (c.out[a] - 1)
@@ -210,7 +218,7 @@ class Latencies:
             ttft_sent=_where(has_first & has_sent, ms(first, sent)),
             ttft_sent_c=_where(no_first & has_sent, np.maximum(ms(end, sent), 0.0)),
             e2e=_where(c.ok & has_done, ms(done, c.t_sched)),
-            e2e_c=_where(~c.ok & counts, elapsed),
+            e2e_c=_where(waiting, elapsed),
             tpot=tpot,
             lag=_where(has_sent, ms(sent, c.t_sched)),
             lag_c=_where(~has_sent & unsent & counts, elapsed),

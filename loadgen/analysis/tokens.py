@@ -17,7 +17,7 @@ report them; a figure over them counts only the requests that did (docs/metrics.
 - **reasoning tokens**: their sum over the requests that reported them, and their share
   of those requests' output tokens;
 - **TTFT to first content**: ``t_first_content - t_sched``, censored like TTFT: a request
-  that did not end ok before its first visible content is censored at its elapsed time; an
+  loadgen stopped waiting for before its first visible content is censored at its elapsed time; an
   ok one with none (an answer of reasoning or tool calls only) has no sample. Records in
   which no request has ``t_first_content`` (a run from before the column, say) give none.
   ``content_after_first`` counts the requests whose first output chunk was not visible
@@ -86,7 +86,7 @@ def _content(table: pa.Table, c: Cols, lat: Latencies, inwin: Mask) -> dict[str,
         return {"ttft_content": describe([]), "content_after_first": 0}
     first, has_first = c.t["t_first"]
     exact = np.where(has_content, ms(content, c.t_sched), np.nan)
-    # e2e_c is the elapsed time of every counted request that did not end ok: censored until content came
+    # e2e_c: the elapsed time of every request loadgen stopped waiting for: censored until content came
     censored = np.where(~has_content, lat.e2e_c, np.nan)
     # the first output chunk was not visible content (reasoning, a tool call): the two TTFTs differ
     later = inwin & has_first & (~has_content | (content > first))

@@ -55,7 +55,7 @@ from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.search import Step, count_cv, search_end
 from loadgen.workload.base import Workload
 
-__all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt"]
+__all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt", "point_simulator"]
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def run_sweep(
         model = settings.base.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
         meta = start_state(_meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags, secrets))
         write_json(out / "run.json", meta)
-        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine)
+        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim)
         result = SweepResult(out, run_id, [])
         error: BaseException | None = None
         try:
@@ -256,6 +256,7 @@ class _Target:
     secrets: Secrets
     stopper: Stopper
     on_engine: Callable[[Engine], None] | None
+    is_sim: bool = False
 
 
 def _history(result: SweepResult) -> list[tuple[Step, Observation]]:
@@ -279,16 +280,31 @@ def _send_points(
         meta["points"].append(entry)
         write_json(to.out / "run.json", meta)
         try:
+            before = asyncio.run(simulator_health(to.url)) if to.is_sim else None
             point = _run_point(settings, step, k, make_workload(point_salt(settings, k)), to)
         except BaseException as e:
             finish_state(entry, to.stopper, e)
             raise
         result.points.append(point)
         entry.update(_point_json(settings, step, k, point))
+        if before is not None:
+            entry["simulator"] = point_simulator(before, asyncio.run(simulator_health(to.url)))
         finish_state(entry, to.stopper)
         write_json(to.out / "run.json", meta)
         if on_point:
             on_point(point)
+
+
+def point_simulator(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """How the built-in simulator kept up during one point: its step counters' change over it
+    (the run's ``simulator`` block holds the whole sweep's). Its lateness is a running maximum:
+    the point's own is known only when it rose during the point, else 0 here (the point's
+    steps were at most as late as the earlier maximum; ``late_steps`` counts them anyway)."""
+    out = {k: after.get(k, 0) - before.get(k, 0) for k in ("steps", "late_steps", "frontend_waits")}
+    out["frontend_wait_ms"] = float(after.get("frontend_wait_ms", 0.0)) - float(before.get("frontend_wait_ms", 0.0))
+    rose = float(after.get("max_lateness_ms", 0.0)) > float(before.get("max_lateness_ms", 0.0))
+    out["max_lateness_ms"] = float(after["max_lateness_ms"]) if rose else 0.0
+    return out
 
 
 def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, to: _Target) -> PointResult:
