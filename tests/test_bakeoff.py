@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from fake_wire import MS, Answer, FakeTransport, Read, run, tail
 
-from loadgen.analysis.prompt_cache import cache_figures, cache_warmth
+from loadgen.analysis.prompt_cache import cache_warmth
 from loadgen.client.config import Plan
 from loadgen.client.fingerprint import Traffic, digest, first_request, later_request, merge_traffic
 from loadgen.errors import ConfigError
@@ -215,15 +215,6 @@ def test_the_prediction_may_come_from_run_json() -> None:
     meta: dict[str, Any] = {"prefix_reuse": CHAT_REUSE.json(), "salt": "ab12cd", "salt_source": "fresh"}
     w = cache_warmth(table([100] * 20, [97] * 20), meta["prefix_reuse"], salt=meta["salt"], salt_source="fresh")
     assert w.warm and w.message is not None and "fresh salt (ab12cd)" in w.message
-
-
-def test_cache_figures_split_ttft_by_hits_and_misses() -> None:
-    figures = cache_figures(table([100] * 4, [0, 0, 90, None]))
-    assert figures["requests_reporting"] == 3 and figures["cached_fraction"] == pytest.approx(0.3)
-    assert (figures["hits"], figures["misses"]) == (1, 2)
-    assert (figures["ttft_p50_ms_hits"], figures["ttft_p50_ms_misses"]) == (5.0, 25.0)
-    only_misses = cache_figures(table([100] * 3, [0, 0, 0]))
-    assert only_misses["ttft_p50_ms_hits"] is None and only_misses["ttft_p50_ms_misses"] is None
 
 
 # --------------------------------------------------------------------------- traffic fingerprints

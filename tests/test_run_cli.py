@@ -78,7 +78,7 @@ def test_a_run_writes_a_complete_run_folder(fixed_sim, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["summary"]["ok"] == 12
     assert "TTFT" in r.stdout
-    assert meta["state"] == "complete" and meta["interrupted_reason"] is None
+    assert meta["state"] == "complete" and meta.get("interrupted_reason") is None
     refused = loadgen("run", "--endpoint", fixed_sim.url, "--rate", "20", "--requests", "2", "--out", str(out))
     assert refused.returncode == 2 and "--force" in refused.stderr and refused.stderr.count("\n") == 1
     assert read_records(out).num_rows == 12  # the run that was there is untouched

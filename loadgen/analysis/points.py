@@ -22,7 +22,7 @@ from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
 from loadgen.analysis.saturation import first_saturated, observe
-from loadgen.analysis.sessions import SessionSummary, session_summary
+from loadgen.analysis.sessions import SessionSummary, load_unit, session_summary
 from loadgen.analysis.stats import rate_ci
 from loadgen.analysis.validity import (
     VALID,
@@ -70,6 +70,7 @@ class PointFigures:
     validity: Validity = VALID  # the point's own (its run's is RunAnalysis.validity)
     on_frontier: bool = False
     sessions: SessionSummary | None = None  # whole-session figures (analysis.sessions)
+    unit: str = "req/s"  # of an open-loop rate: sessions/s for sessions of several turns
 
     @property
     def warnings(self) -> list[str]:  # the caveats' messages, for views that show words only
@@ -80,11 +81,6 @@ class PointFigures:
         """Median per-user speed (tok/s, from 1/TPOT per request): the Pareto x axis."""
         d = self.summary.per_user_tps
         return d.pct(50)[0] if d.n else math.nan
-
-    @property
-    def per_user_p90(self) -> float:
-        d = self.summary.per_user_tps
-        return d.pct(90)[0] if d.n else math.nan
 
     @property
     def y(self) -> float:
@@ -99,7 +95,7 @@ class PointFigures:
     def short_label(self) -> str:
         """The load alone ("8 req/s", "16 users"); the arrival kind is the same for the whole sweep."""
         if self.rate is not None:
-            return f"{self.rate:g} req/s"
+            return f"{self.rate:g} {self.unit}"
         if self.concurrency is not None:
             return f"{self.concurrency} users"
         return self.label
@@ -368,7 +364,7 @@ def _all_figures(meta: dict[str, Any], table: pa.Table, how: _Judging) -> list[P
     for pm in _point_meta(meta):
         k = int(pm["index"])
         rows = table.filter(pc.equal(table.column("point"), pa.scalar(k))) if sweep else table
-        out.append(_figures(k, pm, rows, how))
+        out.append(replace(_figures(k, pm, rows, how), unit=load_unit(meta.get("workload") or {})))
     return out
 
 

@@ -2,9 +2,9 @@
 it was warm before the run began.
 
 ``cache_warmth`` answers for a run or sweep point with a small frozen value whose ``code``
-and ``message`` the validity rules turn into a caveat (analysis.validity: ``cache_warm``);
-``cache_figures`` is the cached share of prompt tokens and TTFT of cache hits vs misses,
-for summary.json and the report. Both are pure functions of a records table (and run.json).
+and ``message`` the validity rules turn into a caveat (analysis.validity: ``cache_warm``),
+a pure function of a records table (and run.json). The cached share of prompt tokens and
+TTFT of cache hits vs misses, over the measurement window, are analysis.tokens' (``Summary``).
 
 **Warmth.** A run's prompts carry a fresh salt by default (workload.salt), so a prefix
 cache holds nothing of them when the run starts; what it serves then is bounded by the
@@ -31,7 +31,7 @@ import pyarrow as pa
 from loadgen.analysis.columns import int_column
 from loadgen.workload.reuse import Reuse
 
-__all__ = ["WARM_MARGIN", "HIT_SHARE", "Warmth", "cache_warmth", "cache_figures"]
+__all__ = ["WARM_MARGIN", "HIT_SHARE", "Warmth", "cache_warmth"]
 
 WARM_MARGIN = 0.10  # cached share of prompt tokens above the bound that is not noise
 HIT_SHARE = 0.5  # a request counts as a cache hit when at least this share of its prompt was cached
@@ -119,34 +119,3 @@ def _message(w: Warmth, salt: str | None, source: str | None) -> str:
             "leave --salt out for a fresh one)"
         )
     return f"{head}: an earlier run warmed the server's prefix cache"
-
-
-def cache_figures(table: pa.Table) -> dict[str, Any]:
-    """Cached prompt tokens for summary.json: the fraction, and TTFT (median, from the intended
-    send) of cache hits (at least ``HIT_SHARE`` of the prompt cached) and misses where both occur.
-    Over the requests whose usage reported cached tokens (they all ended with an answer)."""
-    sel, prompt, cached, _ = _reported(table)
-    p = int(prompt.sum())
-    out: dict[str, Any] = {
-        "requests_reporting": int(sel.sum()),
-        "prompt_tokens_reported": p,
-        "cached_tokens": int(cached.sum()),
-        "cached_fraction": int(cached.sum()) / p if p else None,
-        "hit_rule": f"cached_tokens >= {HIT_SHARE:.0%} of the prompt",
-        "hits": 0,
-        "misses": 0,
-        "ttft_p50_ms_hits": None,
-        "ttft_p50_ms_misses": None,
-    }
-    if not p:
-        return out
-    t_first, f_ok = int_column(table, "t_first")
-    t_sched = int_column(table, "t_sched")[0]
-    ttft = (t_first[sel] - t_sched[sel]) / 1e6
-    has = f_ok[sel]
-    hit = cached >= HIT_SHARE * prompt
-    out["hits"], out["misses"] = int(hit.sum()), int((~hit).sum())
-    if hit.any() and (~hit).any():
-        for key, m in (("ttft_p50_ms_hits", hit & has), ("ttft_p50_ms_misses", ~hit & has)):
-            out[key] = float(np.median(ttft[m])) if m.any() else None
-    return out

@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
-from loadgen.analysis.prompt_cache import cache_figures
 from loadgen.analysis.sessions import SessionSummary, session_summary
 from loadgen.analysis.timeseries import timeseries
 from loadgen.analysis.validity import (
@@ -102,7 +101,6 @@ def summarize_run(
             "model": meta.get("model"),
             "validity": validity_json(caveats),
             "summary": summary_to_json(summary),
-            "prompt_cache": cache_figures(table),
             "sessions": sessions.to_json(),
             "timeseries": timeseries(table),
         }

@@ -12,8 +12,8 @@ report them; a figure over them counts only the requests that did (docs/metrics.
 - **cached prompt fraction**: sum of ``cached_tokens`` (each at most its prompt) / sum of
   ``prompt_tokens_reported`` over the window's requests that reported both; TTFT is split
   into cache hits (at least ``prompt_cache.HIT_SHARE``, half, of the prompt cached: a chat
-  template's shared prefix alone is no hit) and misses, where both occur. The same rule as
-  ``prompt_cache.cache_figures``, over the measurement window like every other figure;
+  template's shared prefix alone is no hit) and misses, where both occur, over the
+  measurement window like every other figure;
 - **reasoning tokens**: their sum over the requests that reported them, and their share
   of those requests' output tokens;
 - **TTFT to first content**: ``t_first_content - t_sched``, censored like TTFT: a request

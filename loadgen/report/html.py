@@ -69,6 +69,7 @@ def render_html(a: RunAnalysis, *, pareto_svg: str | None = None) -> str:
         + '<a href="#error-detail">error detail</a><a href="#config">configuration</a>'
         '<a href="#method">method</a></nav>',
         _overview(a),
+        _sessions(a),
         _warnings(a),
         points_section(a),
         _charts(a, pareto_svg),
@@ -242,6 +243,15 @@ def _overview(a: RunAnalysis) -> str:
         f"<p>Pareto frontier (non-dominated points, ★ in the tables): {esc(front) or 'none'}.</p>" if a.is_sweep else ""
     )
     return f'<section id="overview"><h2>Overview</h2><div class="cards">{"".join(cards)}</div>{text}</section>'
+
+
+def _sessions(a: RunAnalysis) -> str:
+    """Whole-session figures of a single run whose sessions have several turns."""
+    s = a.points[0].sessions if len(a.points) == 1 else None
+    if s is None or not s.multi_turn:
+        return ""
+    lines = "".join(f"<p>{esc(line)}</p>" for line in s.lines())
+    return f'<section id="sessions"><h2>Sessions</h2>{lines}</section>'
 
 
 def bracket_text(lower: float, upper: float) -> str:

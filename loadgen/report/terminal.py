@@ -15,10 +15,11 @@ from rich.text import Text
 
 from loadgen.analysis.metrics import Summary
 from loadgen.analysis.run_summary import RunReport
+from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.stats import Dist
 from loadgen.report.banner import banner_lines
 
-__all__ = ["print_run", "latency_table", "throughput_table", "token_lines"]
+__all__ = ["print_run", "latency_table", "throughput_table", "token_lines", "load_label"]
 
 
 def print_run(report: RunReport, console: Console | None = None) -> None:
@@ -32,13 +33,16 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
     console.print(throughput_table(s))
     for line in token_lines(s):
         console.print(line)
+    if report.sessions is not None and report.sessions.multi_turn:
+        for line in report.sessions.lines():
+            console.print(line)
     for w in report.warnings:
         console.print(Text("warning: " + w, style="yellow"))
     console.print(f"records: {report.run_dir / 'records.parquet'}")
 
 
 def header_text(meta: dict[str, Any], s: Summary) -> Text:
-    arrival = meta.get("settings", {}).get("arrival", {}).get("label", "")
+    arrival = load_label(meta)
     t = Text()
     t.append(f"{meta.get('endpoint', '?')}", style="bold")
     t.append(f"  model {meta.get('model', '?')}  ·  {arrival}\n")
@@ -47,6 +51,16 @@ def header_text(meta: dict[str, Any], s: Summary) -> Text:
         f"ok {s.ok}, failed {s.failed}, cancelled {s.cancelled}" + (f", not sent {s.not_sent}" if s.not_sent else "")
     )
     return t
+
+
+def load_label(meta: dict[str, Any]) -> str:
+    """The arrival as written, in the load's own unit: sessions/s for sessions of several
+    turns (an agentic rate of 0.5 is half a session per second, not half a request)."""
+    arrival = meta.get("settings", {}).get("arrival", {})
+    label = str(arrival.get("label", ""))
+    if arrival.get("kind") != "trace" and load_unit(meta.get("workload") or {}) == "sessions/s":
+        return label.replace(" req/s", " sessions/s")
+    return label
 
 
 def _fmt(v: float, lower_bound: bool = False) -> str:
