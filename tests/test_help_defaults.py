@@ -10,10 +10,6 @@ and reads each option's help as argparse prints it (``%(default)s`` expanded):
   given (``(default: the first model /v1/models lists)``, or "without it, ..."), unless it
   is required;
 - flags (store_true / store_false) and repeatable options are left alone: off, and none.
-
-PENDING lists the options whose help lives in files the progress helper of issue 14 does not
-own; each is expected to fail (strict xfail) until the lead applies the help texts from that
-helper's report. Once applied, each entry XPASSes, which fails: delete PENDING's entries then.
 """
 
 from __future__ import annotations
@@ -81,68 +77,6 @@ def problem(action: argparse.Action) -> str | None:
 
 # Options of others' files (run_cmd, sweep_cmd, gate_cmd, compare_cmd, check_cmd, report_cmd), as of
 # this wave: the help text each needs is in the progress helper's report. Empty once applied.
-PENDING: frozenset[str] = frozenset(
-    {
-        "run --api",
-        "run --concurrency",
-        "run --warmup",
-        "run --cooldown",
-        "run --seed",
-        "run --extra-body",
-        "run --connect-timeout",
-        "run --first-byte-timeout",
-        "run --idle-timeout",
-        "run --request-timeout",
-        "run --max-inflight",
-        "run --drain",
-        "run --lag-limit-ms",
-        "run --workers",
-        "run --slo",
-        "run --baseline",
-        "run --tolerance",
-        "run --inconclusive",
-        "run --junit",
-        "run --json",
-        "report --cooldown",
-        "report --lag-limit-ms",
-        "sweep --api",
-        "sweep --rates",
-        "sweep --concurrency",
-        "sweep --arrival",
-        "sweep --point-duration",
-        "sweep --warmup",
-        "sweep --start-rate",
-        "sweep --max-rate",
-        "sweep --salt",
-        "sweep --slo",
-        "sweep --gpus",
-        "sweep --seed",
-        "sweep --extra-body",
-        "sweep --connect-timeout",
-        "sweep --first-byte-timeout",
-        "sweep --idle-timeout",
-        "sweep --request-timeout",
-        "sweep --max-inflight",
-        "sweep --drain",
-        "sweep --lag-limit-ms",
-        "sweep --workers",
-        "sweep --baseline",
-        "sweep --tolerance",
-        "sweep --inconclusive",
-        "sweep --junit",
-        "sweep --json",
-        "gate --baseline",
-        "gate --tolerance",
-        "gate --inconclusive",
-        "gate --junit",
-        "gate --json",
-        "check --timeout",
-        "check --streams",
-        "check --max-tokens",
-        "check --junit",
-        "check --json",
-    }
-)
 
 ALL = list(options())
 
@@ -154,12 +88,7 @@ def test_there_are_options_to_check() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="help text pending (glue)"))
-        if name in PENDING
-        else name
-        for name, _ in ALL
-    ],
+    [name for name, _ in ALL],
 )
 def test_the_help_states_the_default_and_its_unit(name: str) -> None:
     action = dict(ALL)[name]

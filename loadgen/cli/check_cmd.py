@@ -45,20 +45,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "output chunks are counted, which proves under-reporting but not over-reporting",
     )
     g.add_argument(
-        "--timeout", type=POSITIVE_SECONDS, default=60.0, metavar="S", help="limit per request (default 60 s)"
+        "--timeout", type=POSITIVE_SECONDS, default=60.0, metavar="S", help="limit per request (default: %(default)g s)"
     )
     g.add_argument(
         "--streams",
         type=bounded_int(2, 10_000),
         default=8,
-        help="concurrent streams for concurrent-streams (default 8)",
+        help="concurrent streams for concurrent-streams (default: %(default)s streams)",
     )
     g.add_argument(
         "--max-tokens",
         type=bounded_int(16, 1_000_000),
         default=64,
-        help="answer length asked for (default 64, at least 16 to show streaming; "
-        "ignore-eos expects exactly this many)",
+        help="answer length asked for, at least 16 to show streaming; ignore-eos expects exactly this many "
+        "(default: %(default)s tokens)",
     )
     g.add_argument(
         "--context-len",
@@ -73,14 +73,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a WARN (an API deviation) fails the check too, exit code 1 (default: off, a WARN passes)",
     )
     o = p.add_argument_group("outputs")
-    o.add_argument("--junit", metavar="FILE", default=None, help="write JUnit XML (one testcase per item)")
+    o.add_argument(
+        "--junit", metavar="FILE", default=None, help="write JUnit XML, one testcase per item (default: not written)"
+    )
     o.add_argument(
         "--markdown",
         metavar="FILE",
         default=None,
         help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)",
     )
-    o.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON")
+    o.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON (default: not written)")
     add_sim_options(p)
     p.set_defaults(func=main)
 

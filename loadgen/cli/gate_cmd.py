@@ -48,7 +48,7 @@ def add_gate_options(p: argparse.ArgumentParser, standalone: bool = False) -> No
             metavar="PROFILE",
             required=standalone,
             default=None,
-            help=f"SLO profile: a YAML file or a built-in name ({names})",
+            help=f"SLO profile: a YAML file or a built-in name ({names}) (default: none: no verdict)",
         )
     except argparse.ArgumentError:
         pass  # the command has its own --slo (sweep: also per-request bounds); the gate reads the same value
@@ -60,25 +60,34 @@ def add_gate_options(p: argparse.ArgumentParser, standalone: bool = False) -> No
         "--baseline",
         metavar="RUN_DIR",
         default=None,
-        help="also fail when a criterion's metric regressed against this run beyond --tolerance",
+        help="also fail when a criterion's metric regressed against this run beyond --tolerance "
+        "(default: none: no regression check)",
     )
     g.add_argument(
-        "--tolerance", default="5%", metavar="PCT", help="relative change allowed against --baseline (default 5%%)"
+        "--tolerance",
+        default="5%",
+        metavar="PCT",
+        help="relative change allowed against --baseline (default: %(default)s)",
     )
     g.add_argument(
         "--inconclusive",
         choices=("pass", "fail"),
         default=None,
-        help="map an INCONCLUSIVE verdict to exit code 0 (pass) or 1 (fail) instead of 3",
+        help="map an INCONCLUSIVE verdict to exit code 0 (pass) or 1 (fail) instead of 3 (default: none: exit 3)",
     )
-    g.add_argument("--junit", metavar="FILE", default=None, help="write JUnit XML (one testcase per criterion)")
+    g.add_argument(
+        "--junit",
+        metavar="FILE",
+        default=None,
+        help="write JUnit XML, one testcase per criterion (default: not written)",
+    )
     g.add_argument(
         "--markdown",
         metavar="FILE",
         default=None,
         help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)",
     )
-    g.add_argument("--json", metavar="FILE", default=None, help="write the verdicts as JSON")
+    g.add_argument("--json", metavar="FILE", default=None, help="write the verdicts as JSON (default: not written)")
 
 
 def profile_names() -> list[str]:

@@ -90,11 +90,13 @@ class LiveView:
         self._live: Live | None = None
 
     @classmethod
-    def for_run(cls, settings: RunSettings, enabled: bool, console: Console | None = None) -> LiveView:
-        """The view of ``loadgen run`` with these settings."""
+    def for_run(
+        cls, settings: RunSettings, enabled: bool, console: Console | None = None, title: str | None = None
+    ) -> LiveView:
+        """The view of ``loadgen run`` with these settings (``title``: the load in its own unit)."""
         return cls(
             enabled,
-            f"loadgen run: {settings.arrival}",
+            title or f"loadgen run: {settings.arrival}",
             console,
             horizon=horizon_of(settings),
             lag_limit_ms=settings.lag_limit_ms,

@@ -22,8 +22,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="S",
         help="seconds excluded at the start (default: as the run was configured)",
     )
-    p.add_argument("--cooldown", type=SECONDS, default=None, metavar="S", help="seconds excluded at the end")
-    p.add_argument("--lag-limit-ms", type=LAG_MS, default=None, help="schedule-lag p99 bound for validity")
+    p.add_argument(
+        "--cooldown",
+        type=SECONDS,
+        default=None,
+        metavar="S",
+        help="seconds excluded at the end (default: as the run was configured)",
+    )
+    p.add_argument(
+        "--lag-limit-ms",
+        type=LAG_MS,
+        default=None,
+        help="schedule-lag p99 bound for validity, ms (default: as the run was configured)",
+    )
     p.set_defaults(func=main)
 
 

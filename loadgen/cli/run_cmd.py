@@ -69,7 +69,9 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
         "else the built-in simulator started on loopback)",
     )
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
-    g.add_argument("--api", choices=("chat", "completions"), default=RUN_DEFAULTS["api"], help="API to call")
+    g.add_argument(
+        "--api", choices=("chat", "completions"), default=RUN_DEFAULTS["api"], help="API to call (default: %(default)s)"
+    )
     g.add_argument(
         "--server-metrics",
         default=RUN_DEFAULTS["server_metrics"],
@@ -105,7 +107,7 @@ def add_traffic_options(p: argparse.ArgumentParser) -> None:
         "--seed",
         type=bounded_int(0, MAX_SEED),
         default=RUN_DEFAULTS["seed"],
-        help="seed of schedule and workload (same seed, same traffic)",
+        help="seed of schedule and workload: same seed, same traffic (default: %(default)s)",
     )
     g.add_argument(
         "--no-ignore-eos",
@@ -114,53 +116,70 @@ def add_traffic_options(p: argparse.ArgumentParser) -> None:
         help="do not send ignore_eos (answers may end before the requested length)",
     )
     g.add_argument(
-        "--extra-body", default=None, metavar="JSON", help="extra JSON fields merged into every request body"
+        "--extra-body",
+        default=None,
+        metavar="JSON",
+        help="extra JSON fields merged into every request body (default: none)",
     )
 
 
 def add_timing_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("timeouts and limits")
     t = TIMEOUT_DEFAULTS
-    g.add_argument("--connect-timeout", type=POSITIVE_SECONDS, default=t.connect, metavar="S")
+    g.add_argument(
+        "--connect-timeout",
+        type=POSITIVE_SECONDS,
+        default=t.connect,
+        metavar="S",
+        help="longest wait to connect (default: %(default)g s)",
+    )
     g.add_argument(
         "--first-byte-timeout",
         type=POSITIVE_SECONDS,
         default=t.first_byte,
         metavar="S",
-        help="longest wait for the first data of an answer (queueing included)",
+        help="longest wait for the first data of an answer, queueing included (default: %(default)g s)",
     )
     g.add_argument(
         "--idle-timeout",
         type=POSITIVE_SECONDS,
         default=t.idle,
         metavar="S",
-        help="longest gap between chunks of an answer",
+        help="longest gap between chunks of an answer (default: %(default)g s)",
     )
-    g.add_argument("--request-timeout", type=POSITIVE_SECONDS, default=t.total, metavar="S", help="total per request")
+    g.add_argument(
+        "--request-timeout",
+        type=POSITIVE_SECONDS,
+        default=t.total,
+        metavar="S",
+        help="total time per request (default: %(default)g s)",
+    )
     g.add_argument(
         "--max-inflight",
         type=bounded_int(1, MAX_INFLIGHT),
         default=RUN_DEFAULTS["max_inflight"],
-        help="safety cap on requests in flight; reaching it is reported as a distortion",
+        help="safety cap on requests in flight; reaching it is reported as a distortion "
+        "(default: %(default)s requests)",
     )
     g.add_argument(
         "--drain",
         type=SECONDS,
         default=RUN_DEFAULTS["drain_s"],
         metavar="S",
-        help="after the last send (or Ctrl-C), wait this long for answers in flight",
+        help="after the last scheduled send (or Ctrl-C), wait this long for answers in flight (default: %(default)g s)",
     )
     g.add_argument(
         "--lag-limit-ms",
         type=LAG_MS,
         default=RUN_DEFAULTS["lag_limit_ms"],
-        help="schedule lag p99 above this marks the result suspect",
+        help="schedule lag p99 above this marks the result suspect (default: %(default)g ms)",
     )
     g.add_argument(
         "--workers",
         type=bounded_int(1, MAX_WORKERS),
         default=RUN_DEFAULTS["workers"],
-        help="client processes sharing the schedule (more load than one core can time)",
+        help="client processes sharing the schedule, for more load than one core can time "
+        "(default: %(default)s process)",
     )
 
 
@@ -201,7 +220,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--concurrency",
         type=bounded_int(1, MAX_CONCURRENCY),
         default=None,
-        help="closed loop: N users each sending when their previous answer ends",
+        help="closed loop: N users each sending when their previous answer ends (default: none: open loop at --rate)",
     )
     g.add_argument(
         "--duration",
@@ -221,10 +240,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "cuts a trace to its first N (default: see --duration)",
     )
     g.add_argument(
-        "--warmup", type=SECONDS, default=RUN_DEFAULTS["warmup_s"], metavar="S", help="seconds excluded at the start"
+        "--warmup",
+        type=SECONDS,
+        default=RUN_DEFAULTS["warmup_s"],
+        metavar="S",
+        help="seconds excluded at the start (default: %(default)g s)",
     )
     g.add_argument(
-        "--cooldown", type=SECONDS, default=RUN_DEFAULTS["cooldown_s"], metavar="S", help="seconds excluded at the end"
+        "--cooldown",
+        type=SECONDS,
+        default=RUN_DEFAULTS["cooldown_s"],
+        metavar="S",
+        help="seconds excluded at the end (default: %(default)g s)",
     )
     add_traffic_options(p)
     add_set_flag(p)
@@ -486,7 +513,7 @@ def main(args: argparse.Namespace) -> int:
     from loadgen.client.run import execute, new_run_id
 
     out = Path(args.out) if args.out else Path("runs") / new_run_id()
-    view = LiveView(enabled=args.live and settings.workers == 1, title=f"loadgen run: {label}")
+    view = LiveView.for_run(settings, enabled=args.live, title=f"loadgen run: {label}")
     with view:
         result = execute(
             settings,
@@ -496,6 +523,7 @@ def main(args: argparse.Namespace) -> int:
             sim_flags=sim_args(args),
             on_engine=view.attach,
             force=args.force,
+            on_live=view.on_shard,
         )
     try:
         report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)

@@ -73,15 +73,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--rates",
         default=None,
         metavar="LIST",
-        help="offered rates in req/s (open loop): 1,2,4,8 or 1:64:x2 or 5:50:+5",
+        help="offered rates in req/s (open loop): 1,2,4,8 or 1:64:x2 or 5:50:+5 (default: none: --auto)",
     )
-    m.add_argument("--concurrency", default=None, metavar="LIST", help="closed-loop concurrencies: 1,4,16,64")
+    m.add_argument(
+        "--concurrency",
+        default=None,
+        metavar="LIST",
+        help="closed-loop concurrencies: 1,4,16,64 (default: none: --auto)",
+    )
     m.add_argument(
         "--auto",
         action="store_true",
         help="search: ramp to saturation, spread points below it, bisect for capacity at SLO (default)",
     )
-    g.add_argument("--arrival", default="poisson", help="constant | poisson | gamma:CV for rate points")
+    g.add_argument(
+        "--arrival", default="poisson", help="constant | poisson | gamma:CV for rate points (default: %(default)s)"
+    )
     rate = finite_float(0, MAX_RATE, above=True, unit=" requests/s")
     g.add_argument(
         "--point-duration",
@@ -114,7 +121,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="sized points: cap on all measured windows together (warm-ups and drains come on top); "
         "the search stops when it is used up (default: %(default)g s)",
     )
-    g.add_argument("--warmup", type=SECONDS, default=2.0, metavar="S", help="seconds sent before each window")
+    g.add_argument(
+        "--warmup",
+        type=SECONDS,
+        default=2.0,
+        metavar="S",
+        help="seconds sent before each window (default: %(default)g s)",
+    )
     g.add_argument(
         "--start-rate",
         type=rate,
@@ -122,14 +135,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="--auto: first (light) rate, req/s (default: sized: the lowest rate whose point fills its "
         f"window within --max-point-duration, rounded up; {UNSIZED_START_RATE:g} req/s with --point-duration)",
     )
-    g.add_argument("--max-rate", type=rate, default=256.0, help="--auto: never offer more than this, req/s")
+    g.add_argument(
+        "--max-rate", type=rate, default=256.0, help="--auto: never offer more than this (default: %(default)g req/s)"
+    )
     g.add_argument(
         "--no-point-salt",
         dest="point_salt",
         action="store_false",
         help="reuse the same prompts at every point (prefix caches then carry over; not recommended)",
     )
-    g.add_argument("--salt", default="", help="extra prompt salt for the whole sweep (cold caches on a rerun)")
+    g.add_argument(
+        "--salt", default="", help="extra prompt salt for the whole sweep, for cold caches on a rerun (default: none)"
+    )
     j = p.add_argument_group("judging")
     j.add_argument(
         "--slo",
@@ -325,6 +342,7 @@ def main(args: argparse.Namespace) -> int:
             on_point=view.on_point,
             on_engine=view.attach,
             force=args.force,
+            on_live=view.on_shard,
         )
     cut = result.cut_inflight if result.drain_cut else None
     if not result.points:

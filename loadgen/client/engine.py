@@ -102,6 +102,7 @@ class Engine:
         if self.stop_reason is None:
             self.stop_reason = clean_text(reason, 80) or "interrupted"
             self._stopped_at = self.clock()
+            self.live.stop_ns = self._stopped_at
             self._stop.set()
             self.sessions.cut_unsent(f"run stopped ({self.stop_reason})")
         elif not self._drained and not self._cut.is_set():
@@ -120,6 +121,7 @@ class Engine:
     async def run(self, plan: Plan, start_ns: int, grace_s: float = 30.0) -> None:
         """Send the plan from ``start_ns`` (a shared instant on the engine's clock)."""
         self.sessions.open(self.cfg.max_inflight)
+        self.live.start_ns = start_ns
         connections = plan.concurrency or self.cfg.max_inflight
         async with self.transport.open(self.clock, self._holds, connections) as fit:
             self.fast_path = fit
@@ -149,6 +151,7 @@ class Engine:
         offsets = plan.offsets_ns
         indices = (plan.indices if plan.indices is not None else np.arange(len(offsets))).tolist()
         self.live.scheduled = len(indices)
+        self.live.span_ns = int(offsets[indices].max()) if indices else 0  # the last send, for the live view
         lead, holds, clock, sessions = self.sessions.lead_ns, self._holds, self.clock, self.sessions
         ahead: deque[Ahead] = deque()
         todo = iter(indices)

@@ -30,6 +30,7 @@ import aiohttp
 import numpy as np
 
 from loadgen import clock
+from loadgen.client.config import LiveCounters
 from loadgen.client.endpoint import discover_model, endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
@@ -157,8 +158,10 @@ def run_point(
     stopper: Stopper | None = None,
     on_engine: Callable[[Engine], None] | None = None,
     stem: str = "records",
+    on_live: Callable[[int, LiveCounters], None] | None = None,
 ) -> dict[str, Any]:
-    """One load point, in this process or sharded over ``settings.workers`` processes."""
+    """One load point, in this process or sharded over ``settings.workers`` processes. The live
+    view reads the engine (``on_engine``) here, or each worker's counters (``on_live``) there."""
     secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=url)
     if settings.workers <= 1:
         return clock.run(
@@ -179,7 +182,17 @@ def run_point(
     from loadgen.client.shards import run_sharded
 
     return run_sharded(
-        settings, workload, url, model, run_dir, run_id, api_key=api_key, secrets=secrets, stopper=stopper, stem=stem
+        settings,
+        workload,
+        url,
+        model,
+        run_dir,
+        run_id,
+        api_key=api_key,
+        secrets=secrets,
+        stopper=stopper,
+        stem=stem,
+        on_live=on_live,
     )
 
 
@@ -221,6 +234,7 @@ def execute(
     on_engine: Callable[[Engine], None] | None = None,
     force: bool = False,
     salt: Salt | None = None,
+    on_live: Callable[[int, LiveCounters], None] | None = None,
 ) -> RunResult:
     """Run once: target up, records written and compacted, run.json complete (or interrupted).
 
@@ -248,6 +262,7 @@ def execute(
                         secrets=secrets,
                         stopper=stopper,
                         on_engine=on_engine,
+                        on_live=on_live,
                     )
                 if is_sim:
                     meta["simulator"].update(asyncio.run(simulator_health(url)))

@@ -313,6 +313,7 @@ class SessionRuns:
             rec.t_done = rec.t_done or engine.clock()
         self._write(rec)
         live = engine.live
+        live.output_tokens += rec.output_tokens
         if rec.status != "ok":
             live.errors += 1
         elif rec.t_first is not None:

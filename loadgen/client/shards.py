@@ -12,21 +12,29 @@ worker's lifeline, and a second Ctrl-C as a cut), drains on a SIGTERM sent to it
 alone, and dies at once when the parent dies, however (the parent-death signal, and
 end of file on its lifeline). ``daemon=True`` alone would not do: it only acts when
 the parent exits normally.
+
+While it runs, a worker sends its engine's counters (``LiveCounters.snapshot()``, a few
+KiB) over its pipe every ``LIVE_EVERY_S``; the parent passes each to ``on_live`` (the
+live view merges them) until the worker's last message, its client health.
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 import signal
 import time
-from multiprocessing.connection import Connection
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from loadgen import clock
+from loadgen.client.config import LiveCounters
+from loadgen.client.engine import Engine
 from loadgen.client.fingerprint import merge_traffic
 from loadgen.client.interrupts import Stopper
 from loadgen.client.point import run_engine
@@ -39,6 +47,7 @@ __all__ = ["run_sharded"]
 
 _READY_TIMEOUT_S = 120.0
 _EXIT_TIMEOUT_S = 10.0
+LIVE_EVERY_S = 0.5  # how often a worker sends its counters to the parent's live view
 
 
 def _worker(
@@ -68,6 +77,7 @@ def _worker(
     signal.signal(signal.SIGTERM, on_term)
     conn.send("ready")
     start_ns = conn.recv()
+    reporters: list[asyncio.Task[None]] = []  # held here: the loop keeps only a weak reference
     client = clock.run(
         run_engine(
             settings,
@@ -83,10 +93,19 @@ def _worker(
             shard=shard,
             shards=shards,
             start_ns=start_ns,
+            on_engine=lambda engine: reporters.append(asyncio.get_running_loop().create_task(_report(conn, engine))),
         )
-    )
+    )  # the loop's end cancels the reporter, so the health below is the last message
     conn.send(client)
     conn.close()
+
+
+async def _report(conn: Connection, engine: Engine) -> None:
+    """Send the engine's counters to the parent every LIVE_EVERY_S, on the engine's own loop (so a
+    snapshot is never taken halfway through an update)."""
+    while True:
+        await asyncio.sleep(LIVE_EVERY_S)
+        conn.send(engine.live.snapshot())
 
 
 def run_sharded(
@@ -101,9 +120,11 @@ def run_sharded(
     secrets: Secrets | None = None,
     stopper: Stopper | None = None,
     stem: str = "records",
+    on_live: Callable[[int, LiveCounters], None] | None = None,
 ) -> dict[str, Any]:
     """Run the point over ``settings.workers`` processes; returns the merged client health.
-    ``stopper``'s orders (given before or during the point) are forwarded to every worker."""
+    ``stopper``'s orders (given before or during the point) are forwarded to every worker;
+    ``on_live(shard, counters)`` gets each worker's counters as they come (twice a second)."""
     ctx = mp.get_context("spawn")
     n = settings.workers
     secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=url)
@@ -132,12 +153,8 @@ def run_sharded(
         start_ns = time.perf_counter_ns() + 100_000_000
         for conn in pipes:
             conn.send(start_ns)
-        clients: list[dict[str, Any]] = []
-        for i, (conn, p) in enumerate(zip(pipes, procs, strict=True)):
-            try:
-                clients.append(conn.recv())
-            except EOFError:
-                clients.append({"shard": i, "crashed": True, "records": 0})
+        clients = _collect(pipes, on_live)
+        for p in procs:
             p.join(_EXIT_TIMEOUT_S)
     finally:
         stopper.forward(None)
@@ -161,6 +178,27 @@ _SUMMED = (
     "writer_errors",
     "internal_errors",
 )
+
+
+def _collect(pipes: list[Connection], on_live: Callable[[int, LiveCounters], None] | None) -> list[dict[str, Any]]:
+    """Each worker's client health (its last message), passing on the counters it sends before."""
+    clients: dict[int, dict[str, Any]] = {}
+    while len(clients) < len(pipes):
+        ready = wait([c for i, c in enumerate(pipes) if i not in clients])
+        for i, conn in enumerate(pipes):
+            if i in clients or conn not in ready:
+                continue
+            try:
+                msg = conn.recv()
+            except EOFError:
+                clients[i] = {"shard": i, "crashed": True, "records": 0}
+                continue
+            if isinstance(msg, LiveCounters):
+                if on_live is not None:
+                    on_live(i, msg)
+            else:
+                clients[i] = msg
+    return [clients[i] for i in range(len(pipes))]
 
 
 def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:

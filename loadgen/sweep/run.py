@@ -32,6 +32,7 @@ from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.points import PointJson, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
 from loadgen.analysis.validity import Caveat, Validity, point_caveats
+from loadgen.client.config import LiveCounters
 from loadgen.client.endpoint import discover_model, endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
@@ -192,6 +193,7 @@ def run_sweep(
     on_point: Callable[[PointResult], None] | None = None,
     on_engine: Callable[[Engine], None] | None = None,
     force: bool = False,
+    on_live: Callable[[int, LiveCounters], None] | None = None,
 ) -> SweepResult:
     """Send every point of the plan (or of the search), then compact the records.
 
@@ -209,7 +211,7 @@ def run_sweep(
         model = settings.base.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
         meta = start_state(_meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags, secrets))
         write_json(out / "run.json", meta)
-        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim)
+        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim, on_live)
         result = SweepResult(out, run_id, [])
         error: BaseException | None = None
         try:
@@ -257,6 +259,7 @@ class _Target:
     stopper: Stopper
     on_engine: Callable[[Engine], None] | None
     is_sim: bool = False
+    on_live: Callable[[int, LiveCounters], None] | None = None  # each worker's counters (--workers)
 
 
 def _history(result: SweepResult) -> list[tuple[Step, Observation]]:
@@ -323,6 +326,7 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
         stopper=to.stopper,
         on_engine=to.on_engine,
         stem=stem,
+        on_live=to.on_live,
     )
     streams = sorted(to.out.glob(f"{stem}*.arrows"))  # one per worker process
     table = pa.concat_tables([read_stream(p) for p in streams]) if streams else SCHEMA.empty_table()
