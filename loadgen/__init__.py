@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from loadgen.sweep.plan import SweepPlan
     from loadgen.sweep.run import SweepSettings
     from loadgen.sweep.search import AutoSearch
+    from loadgen.sweep.sizing import Sizing
     from loadgen.workload.base import SyntheticChat, Workload
     from loadgen.workload.load import load_workload
 
@@ -64,6 +65,7 @@ __all__ = [
     "RunAnalysis",
     "RunSettings",
     "SimConfig",
+    "Sizing",
     "SweepPlan",
     "SweepSettings",
     "SyntheticChat",
@@ -83,6 +85,7 @@ __all__ = [
 _HOMES = {
     "Arrival": "loadgen.schedule",
     "AutoSearch": "loadgen.sweep.search",
+    "Sizing": "loadgen.sweep.sizing",
     "Comparison": "loadgen.analysis.compare",
     "FixedModel": "loadgen.sim.model",
     "LoadgenError": "loadgen.errors",

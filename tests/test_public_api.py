@@ -23,6 +23,7 @@ PUBLIC = [
     "RunAnalysis",
     "RunSettings",
     "SimConfig",
+    "Sizing",
     "SweepPlan",
     "SweepSettings",
     "SyntheticChat",

@@ -275,12 +275,18 @@ def _slow_path(client: Mapping[str, Any]) -> list[Caveat]:
     ]
 
 
+SIM_LATE_SHARE = 0.05  # of the simulator's steps late: above it, its answers were slower than modelled
+SIM_STALL_MS = 20.0  # one step this late stalls every running stream by a whole decode step or more
+
+
 def simulator_caveats(meta: Mapping[str, Any]) -> list[Caveat]:
     """sim_late when the built-in simulator fell behind its own model (run.json "simulator")."""
     sim = meta.get("simulator") or {}
     late, steps = sim.get("late_steps", 0), sim.get("steps", 0)
-    # a rare step a few ms late is scheduling noise; many, or a long stall, distort what was measured
-    if late and (late > 0.01 * max(steps, 1) or sim.get("max_lateness_ms", 0) > 20):
+    # A few steps some ms late are the host's scheduling noise (a decode step is 10-30 ms; one
+    # 9 ms late on 3% of steps moves no percentile a verdict uses); many late steps, or one long
+    # stall, make the answers slower than the model: what was measured is not the modelled engine.
+    if late and (late > SIM_LATE_SHARE * max(steps, 1) or sim.get("max_lateness_ms", 0) > SIM_STALL_MS):
         return [
             Caveat(
                 "sim_late",
@@ -349,7 +355,10 @@ def run_caveats(meta: Mapping[str, Any]) -> list[Caveat]:
     """What may have distorted a whole run: its state, the simulator, prefix caches carried
     between points (a point's own caveats, its client's included, are ``point_caveats``)."""
     state, reason = run_state(meta)
-    caveats = state_caveats(state, reason, "sweep" if "points" in meta else "run") + simulator_caveats(meta)
+    caveats = state_caveats(state, reason, "sweep" if "points" in meta else "run")
+    points = meta.get("points") or []
+    if not (points and all("simulator" in p for p in points)):  # else each point judges its own (point_caveats)
+        caveats += simulator_caveats(meta)
     sw = meta.get("sweep") or {}
     if sw and not sw.get("point_salt", True):
         caveats.append(
@@ -381,6 +390,7 @@ def point_caveats(
         state_caveats(state, reason, "point")
         + summary_caveats(summary, lag_p99_limit_ms=lag_limit_ms)
         + client_caveats(entry.get("client") or {})
+        + (simulator_caveats(entry) if entry.get("phase") != "run" else [])  # a sweep point's own
         + list(more)
     )
 

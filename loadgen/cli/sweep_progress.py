@@ -17,25 +17,14 @@ from dataclasses import dataclass
 
 from loadgen.analysis.saturation import Observation, first_saturated
 from loadgen.sweep.plan import SweepPlan
-from loadgen.sweep.search import Step, next_step
+from loadgen.sweep.search import Step
 
 __all__ = ["step_now", "points_after", "SweepEta", "sweep_eta", "step_label"]
 
 
 def step_now(plan: SweepPlan, history: Sequence[tuple[Step, Observation]]) -> Step | None:
-    """The step the sweep sends after ``history``: as ``sweep.run`` picks it (the listed points
-    in order, or the search's ``next_step``)."""
-    if plan.mode != "auto":
-        fixed = plan.fixed_steps()
-        return fixed[len(history)] if len(history) < len(fixed) else None
-    return next_step(
-        plan.auto,
-        list(history),
-        point_duration_s=plan.point_duration_s,
-        has_slo=plan.has_slo,
-        kind=plan.kind,
-        cv=plan.cv,
-    )
+    """The step the sweep sends after ``history``: as ``sweep.run`` picks it (``SweepPlan.next_step``)."""
+    return plan.next_step(list(history))
 
 
 def points_after(plan: SweepPlan, history: Sequence[tuple[Step, Observation]], current: Step) -> int:
@@ -76,7 +65,7 @@ def sweep_eta(
     and summary included (a search's estimate is their mean)."""
     more = points_after(plan, history, current)
     if plan.mode != "auto":
-        rest = plan.fixed_steps()[len(history) + 1 :]
+        rest = plan.fixed_steps(list(history))[len(history) + 1 :]
         send = sum(plan.warmup_s + s.duration_s for s in rest)
         left = point_left_s + send
         return SweepEta(left, left + drain_left_s + len(rest) * plan.drain_s, more, about=False)
