@@ -231,18 +231,15 @@ def _overview(a: RunAnalysis) -> str:
     if a.slo is not None:
         cards += _capacity_cards(a)
     if a.saturation or a.is_sweep:
-        cards.append(
-            _card(
-                "saturation",
-                "reached" if a.saturation else "not reached",
-                esc(a.saturation or a.search_end or "no point fell behind the offered load"),
-            )
-        )
+        cards.append(_saturation_card(a))
     front = ", ".join(a.points[i].short_label for i in a.frontier)
     text = (
         f"<p>Pareto frontier (non-dominated points, ★ in the tables): {esc(front) or 'none'}.</p>" if a.is_sweep else ""
     )
-    return f'<section id="overview"><h2>Overview</h2><div class="cards">{"".join(cards)}</div>{text}</section>'
+    return (
+        f'<section id="overview"><h2>Overview</h2>{_choices(a)}<div class="cards">{"".join(cards)}</div>'
+        f"{text}</section>"
+    )
 
 
 def _sessions(a: RunAnalysis) -> str:
@@ -252,6 +249,37 @@ def _sessions(a: RunAnalysis) -> str:
         return ""
     lines = "".join(f"<p>{esc(line)}</p>" for line in s.lines())
     return f'<section id="sessions"><h2>Sessions</h2>{lines}</section>'
+
+
+def _saturation_card(a: RunAnalysis) -> str:
+    if a.saturation:
+        return _card("saturation", "reached", esc(a.saturation))
+    end = a.search_end or ""
+    if end.startswith("saturated"):  # the search stopped on a point the analysis does not trust
+        note = f"the search stopped ({end}), on a point loadgen does not trust: see Validity"
+        return _card("saturation", "not called", esc(note), strong=False)
+    return _card("saturation", "not reached", esc(end or "no point fell behind the offered load"))
+
+
+def _choices(a: RunAnalysis) -> str:
+    """What the sweep chose for the user (a default SLO, an example price, capped windows), said once."""
+    sw = a.meta.get("sweep") or {}
+    notes = []
+    if sw.get("slo_is_default"):
+        slo = (sw.get("slo") or {}).get("name") or "interactive-chat"
+        notes.append(f"SLO: {slo} (the default profile; pass --slo PROFILE)")
+    if sw.get("price_is_example"):
+        notes.append(
+            "costs use an example price per GPU-hour (the label on each cost says which): pass "
+            "--price-per-gpu-hour, or re-price with loadgen report RUN --price-per-gpu-hour P"
+        )
+    capped = [str(p.get("index")) for p in a.meta.get("points") or [] if (p.get("sizing") or {}).get("capped")]
+    if capped:
+        notes.append(
+            f"points {', '.join(capped)} hit a time cap before holding the requests a bounded p99 needs "
+            "(--max-point-duration, --max-sweep-duration)"
+        )
+    return "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
 
 
 def bracket_text(lower: float, upper: float) -> str:
