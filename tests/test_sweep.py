@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -214,7 +215,10 @@ def test_auto_sweep_finds_the_simulators_capacity(tmp_path: Path) -> None:
     assert analytic.requests_per_s / 2 <= achieved <= analytic.requests_per_s * 2
     meta = read_run_meta(out)
     assert meta["sweep"]["search_end"].startswith("saturated")
-    assert [p["salt"] for p in meta["points"]] == [point_salt(settings, k) for k in range(len(rates))]
+    # a fresh sweep salt (recorded), and each point's own part on it
+    assert meta["salt_source"] == "fresh" and len(meta["salt"]) == 6
+    resolved = replace(settings, salt=meta["salt"])
+    assert [p["salt"] for p in meta["points"]] == [point_salt(resolved, k) for k in range(len(rates))]
     assert (out / "records.parquet").exists() and not list(out.glob("*.arrows"))
 
     from loadgen.analysis.points import analyze_run

@@ -214,7 +214,7 @@ def test_a_bare_sweep_judges_by_the_default_slo_at_a_labelled_example_price(monk
     assert (s.slo_name, s.slo_is_default, s.plan.has_slo) == ("interactive-chat", True, True)
     assert s.price_is_example and list(s.prices.values()) == [EXAMPLE_PRICE]
     [label] = s.prices
-    assert label.startswith("example") and "--price-per-gpu-hour" in label  # every cost column carries it
+    assert label.startswith("example price")  # every cost column carries it; the notes say how to give yours
     assert (s.gpus, s.gpus_is_default) == (1.0, True)  # the simulator's own --sim-tp
     notes = defaults_note(s)
     assert any("default profile interactive-chat" in n for n in notes)
@@ -306,7 +306,8 @@ def test_a_points_simulator_block_is_the_change_of_the_counters_over_it() -> Non
         "late_steps": 0,
         "frontend_waits": 0,
         "frontend_wait_ms": 0.0,
-        "max_lateness_ms": 0.0,  # the 30 ms was an earlier point's
+        "max_lateness_ms": None,  # the 30 ms was an earlier point's: this one's is not known
+        "max_lateness_ms_at_most": 30.0,
     }
     late = {**before, "steps": 400, "late_steps": 52, "max_lateness_ms": 80.0}
     assert point_simulator(before, late)["late_steps"] == 50 and point_simulator(before, late)["max_lateness_ms"] == 80

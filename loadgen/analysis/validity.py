@@ -286,12 +286,18 @@ def simulator_caveats(meta: Mapping[str, Any]) -> list[Caveat]:
     # A few steps some ms late are the host's scheduling noise (a decode step is 10-30 ms; one
     # 9 ms late on 3% of steps moves no percentile a verdict uses); many late steps, or one long
     # stall, make the answers slower than the model: what was measured is not the modelled engine.
-    if late and (late > SIM_LATE_SHARE * max(steps, 1) or sim.get("max_lateness_ms", 0) > SIM_STALL_MS):
+    worst = sim.get("max_lateness_ms")  # None: a sweep point's own maximum is not known
+    if late and (late > SIM_LATE_SHARE * max(steps, 1) or (worst or 0.0) > SIM_STALL_MS):
+        how = (
+            f"up to {worst:.1f} ms"
+            if worst is not None
+            else f"each at most {sim.get('max_lateness_ms_at_most', 0):.1f} ms"
+        )
         return [
             Caveat(
                 "sim_late",
-                f"the simulator fell behind its own model on {late} of {steps} steps (up to "
-                f"{sim.get('max_lateness_ms', 0):.1f} ms late): its answers were slower than modelled",
+                f"the simulator fell behind its own model on {late} of {steps} steps ({how} late): "
+                "its answers were slower than modelled",
             )
         ]
     return []

@@ -90,6 +90,13 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
 def add_traffic_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("traffic")
     g.add_argument(
+        "--salt",
+        default=None,
+        metavar="S",
+        help="prompt salt (default: a fresh random one per run, recorded in run.json, so prefix caches "
+        "start cold); S replays a run's exact prompts; 'none' sends them unsalted (warm caches on purpose)",
+    )
+    g.add_argument(
         "--workload",
         default=None,
         metavar="NAME|PATH",
@@ -500,7 +507,10 @@ def main(args: argparse.Namespace) -> int:
     # everything is checked before anything is started or sent (most of it before the heavy imports)
     preflight(args)
     slo = slo_of(args)  # a bad profile, tolerance or baseline
-    workload = resolve_workload(args)
+    from loadgen.workload.salt import resolve_salt
+
+    salt = resolve_salt(args.salt)  # a bad --salt, before anything starts
+    workload = resolve_workload(args, salt=salt.text)
     settings = settings_from_args(args, workload)
     api_key = api_key_from_env(args.api_key_env)
     sent = what_is_sent(args, settings, workload)
@@ -524,6 +534,7 @@ def main(args: argparse.Namespace) -> int:
             on_engine=view.attach,
             force=args.force,
             on_live=view.on_shard,
+            salt=salt,
         )
     try:
         report = summarize_run(out, lag_limit_ms=settings.lag_limit_ms, slo=slo)

@@ -144,9 +144,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_false",
         help="reuse the same prompts at every point (prefix caches then carry over; not recommended)",
     )
-    g.add_argument(
-        "--salt", default="", help="extra prompt salt for the whole sweep, for cold caches on a rerun (default: none)"
-    )
     j = p.add_argument_group("judging")
     j.add_argument(
         "--slo",

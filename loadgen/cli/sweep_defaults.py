@@ -34,7 +34,8 @@ __all__ = [
 
 DEFAULT_SLO = "interactive-chat"  # the SLO profile a sweep judges by when no --slo is given
 EXAMPLE_PRICE = 2.5  # $ per GPU-hour, only to show $/M tokens when no --price-per-gpu-hour is given
-EXAMPLE_PRICE_LABEL = f"example ${EXAMPLE_PRICE:g}/GPU-h: pass --price-per-gpu-hour"
+# labelled so it is never taken for a real price; the terminal and the report say how to give one
+EXAMPLE_PRICE_LABEL = f"example price ${EXAMPLE_PRICE:g}/GPU-h"
 UNSIZED_START_RATE = 2.0  # --auto's first rate with a fixed --point-duration
 
 

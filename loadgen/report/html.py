@@ -251,14 +251,19 @@ def _sessions(a: RunAnalysis) -> str:
     return f'<section id="sessions"><h2>Sessions</h2>{lines}</section>'
 
 
-def _saturation_card(a: RunAnalysis) -> str:
+def saturation_words(a: RunAnalysis) -> tuple[str, str]:
+    """(reached | not called | not reached, why): the terminal's and the report's one answer."""
     if a.saturation:
-        return _card("saturation", "reached", esc(a.saturation))
+        return "reached", a.saturation
     end = a.search_end or ""
     if end.startswith("saturated"):  # the search stopped on a point the analysis does not trust
-        note = f"the search stopped ({end}), on a point loadgen does not trust: see Validity"
-        return _card("saturation", "not called", esc(note), strong=False)
-    return _card("saturation", "not reached", esc(end or "no point fell behind the offered load"))
+        return "not called", f"the search stopped ({end}), on a point loadgen does not trust: see the warnings"
+    return "not reached", end or "no point fell behind the offered load"
+
+
+def _saturation_card(a: RunAnalysis) -> str:
+    value, why = saturation_words(a)
+    return _card("saturation", value, esc(why), strong=value != "not called")
 
 
 def _choices(a: RunAnalysis) -> str:
@@ -350,13 +355,19 @@ def _config(a: RunAnalysis) -> str:
 
 
 def _method(a: RunAnalysis) -> str:
+    source = a.meta.get("salt_source")
+    drawn = {
+        "fresh": "a salt drawn fresh for this run",
+        "given": "the salt given with --salt (a replay)",
+        "off": "no salt (--salt none: warm caches on purpose)",
+    }.get(str(source), "the run's own salt, if any")
     if a.point_salt is None:
-        salt = "A single run: prompts carry the run's own salt, if any."
+        salt = f"A single run: prompts carry {drawn}, so no earlier run warmed the server's prefix cache for it."
     elif a.point_salt:
         salt = (
-            "Each load point's prompts carry a point-specific salt (p0, p1, …), so prefix-cache state "
-            "cannot carry from one point into the next; the same settings give the same salts, so a bake-off "
-            "sends identical traffic to every vendor."
+            f"Prompts carry {drawn} and a point-specific part (p0, p1, …), so prefix-cache state cannot "
+            "carry from one point into the next, nor from an earlier sweep into this one. The traffic "
+            "fingerprints in run.json (without the salt) say whether two runs sent the same requests."
         )
     else:
         salt = (

@@ -23,7 +23,7 @@ from loadgen.analysis.run_summary import SUMMARY_SCHEMA_VERSION
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.validity import validity_json
 from loadgen.records import write_json
-from loadgen.report.html import report_banner, write_report
+from loadgen.report.html import report_banner, saturation_words, write_report
 from loadgen.report.markup import fmt, fmt_bound
 
 __all__ = [
@@ -123,11 +123,8 @@ class SweepReport:
 
 def headline(a: RunAnalysis) -> list[str]:
     """The sweep's answer in a few lines: saturation, capacity at SLO, cost there."""
-    out = [
-        f"saturation: {a.saturation}"
-        if a.saturation
-        else f"saturation: not reached ({a.search_end or 'no point fell behind the offered load'})"
-    ]
+    value, why = saturation_words(a)
+    out = [f"saturation: {why}" if a.saturation else f"saturation: {value} ({why})"]
     if a.slo is not None:
         c = a.capacity
         if c is None or c.rate is None:

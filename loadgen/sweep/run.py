@@ -6,8 +6,9 @@ need; run.json records the sizing and, per point, which cap cut it short) and a 
 ``records-pNNN.arrows`` (the ``point`` column says which) and are compacted
 with the others into one ``records.parquet``. Between points the search
 (``search.next_step``) sees only the point's Observation, so it is replayable.
-Prompts carry a per-point salt by default, so prefix-cache state cannot carry
-from one point into the next (ENDPOINTS.md, "where tools measure wrong" 9).
+Prompts carry the sweep's salt (fresh for each sweep unless ``--salt`` replays one) and a
+per-point part, so prefix-cache state cannot carry from one point into the next, nor from
+an earlier sweep into this one (ENDPOINTS.md, "where tools measure wrong" 9).
 
 Like a run, the sweep's run.json says ``state: running`` while it runs and is
 finalised ``complete`` or ``interrupted`` (with ``interrupted_reason``), and so is
@@ -55,6 +56,7 @@ from loadgen.redaction import Secrets
 from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.search import Step, count_cv, search_end
 from loadgen.workload.base import Workload
+from loadgen.workload.salt import resolve_salt
 
 __all__ = ["SweepSettings", "PointResult", "SweepResult", "run_sweep", "point_salt", "point_simulator"]
 
@@ -70,7 +72,9 @@ class SweepSettings:
     gpus: float | None = None
     prices: dict[str, float] = field(default_factory=dict)
     point_salt: bool = True
-    salt: str = ""  # run-level salt prepended to the per-point one (cold caches across reruns)
+    # the sweep's prompt salt, prepended to each point's: None draws a fresh one (prefix caches
+    # start cold however often the sweep is rerun), "none" sends none, else that one (a replay)
+    salt: str | None = None
     slo_is_default: bool = False  # the SLO is the default profile, not one the user named
     price_is_example: bool = False  # the price is an example (no --price-per-gpu-hour): label its costs
     gpus_is_default: bool = False  # the GPU count was not given (the simulator's own)
@@ -107,10 +111,11 @@ class SweepResult:
 
 
 def point_salt(settings: SweepSettings, k: int) -> str:
-    """The prompt salt of point k: the same for every run with the same settings (fair bake-offs)."""
-    if not settings.point_salt:
-        return settings.salt
-    return f"{settings.salt}p{k}"
+    """The prompt salt of point k: the sweep's (resolved by ``run_sweep``: a fresh one unless
+    given) and the point's own, so no point warms another's prefix cache and no rerun gains
+    from an earlier one."""
+    salt = settings.salt or ""
+    return salt if not settings.point_salt else f"{salt}p{k}"
 
 
 def _steps(settings: SweepSettings, history: list[tuple[Step, Observation]]) -> Step | None:
@@ -177,7 +182,7 @@ def _meta(
             "prices": settings.prices,
             "price_is_example": settings.price_is_example,
             "point_salt": settings.point_salt,
-            "salt": settings.salt,
+            "salt": settings.salt or None,
         },
         "points": [],
     }
@@ -201,6 +206,8 @@ def run_sweep(
     rewritten after every point, so an interrupted sweep is still a valid run folder.
     A folder that holds a run is refused unless ``force``.
     """
+    salt = resolve_salt(settings.salt)
+    settings = replace(settings, salt=salt.text)
     _check_sweepable(make_workload(point_salt(settings, 0)))
     make_folder(out, force=force)
     run_id = new_run_id()
@@ -209,7 +216,8 @@ def run_sweep(
     stopper = Stopper()
     with catching_signals(stopper), target(settings.base.endpoint, flags) as (url, is_sim):
         model = settings.base.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
-        meta = start_state(_meta(settings, make_workload(settings.salt), url, is_sim, model, run_id, flags, secrets))
+        meta = _meta(settings, make_workload(settings.salt or ""), url, is_sim, model, run_id, flags, secrets)
+        meta = start_state({**salt.json(), **meta})
         write_json(out / "run.json", meta)
         to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim, on_live)
         result = SweepResult(out, run_id, [])
@@ -301,12 +309,15 @@ def _send_points(
 def point_simulator(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """How the built-in simulator kept up during one point: its step counters' change over it
     (the run's ``simulator`` block holds the whole sweep's). Its lateness is a running maximum:
-    the point's own is known only when it rose during the point, else 0 here (the point's
-    steps were at most as late as the earlier maximum; ``late_steps`` counts them anyway)."""
+    the point's own is known only when it rose during the point, else null here with
+    ``max_lateness_ms_at_most``, the earlier maximum its steps stayed within (``late_steps``
+    counts them anyway)."""
     out = {k: after.get(k, 0) - before.get(k, 0) for k in ("steps", "late_steps", "frontend_waits")}
     out["frontend_wait_ms"] = float(after.get("frontend_wait_ms", 0.0)) - float(before.get("frontend_wait_ms", 0.0))
     rose = float(after.get("max_lateness_ms", 0.0)) > float(before.get("max_lateness_ms", 0.0))
-    out["max_lateness_ms"] = float(after["max_lateness_ms"]) if rose else 0.0
+    out["max_lateness_ms"] = float(after["max_lateness_ms"]) if rose else None
+    if not rose:
+        out["max_lateness_ms_at_most"] = float(before.get("max_lateness_ms", 0.0))
     return out
 
 
