@@ -23,6 +23,7 @@ def make_run(
     tokens: int = 8,
     gap_ms: float = 100.0,
     failed: int = 0,
+    failed_status: str = "http_error",
     model: str = "m",
     turns: int = 1,
     meta: dict[str, Any] | None = None,
@@ -30,7 +31,9 @@ def make_run(
     append: bool = False,
     lag_ms: float = 0.0,
 ) -> Path:
-    """A run folder whose request i has TTFT ttft_ms[i]; ``failed`` more requests fail.
+    """A run folder whose request i has TTFT ttft_ms[i]; ``failed`` more requests fail: with an
+    HTTP 500 (a failure, no latency sample), or ``failed_status="timeout"``: never answered (a
+    censored sample: its TTFT is at least its wait).
 
     Every request is sent ``lag_ms`` after its intended instant (the client fell behind by
     that much; give TTFTs above it, as TTFT counts from the intended instant).
@@ -74,9 +77,9 @@ def make_run(
                 t_sched=sched,
                 t_sent=sched + lag,
                 t_done=sched + lag + MS,
-                status="http_error",
-                http_status=500,
-                error="boom",
+                status=failed_status,
+                http_status=500 if failed_status == "http_error" else None,
+                error="boom" if failed_status == "http_error" else "no data before the first-byte timeout",
             )
         )
     table = pa.Table.from_batches([to_batch(recs)])

@@ -34,7 +34,7 @@ def walk(value: Any) -> list[Any]:
 def test_json_holds_runs_traffic_and_verdicts_in_standard_json(tmp_path: Path) -> None:
     client = {"traffic_fingerprint_unsalted": FP, "traffic_fingerprint": "ab" * 32}
     a = make_run(tmp_path / "a", [50.0] * 400, meta={"client": client, "salt": "x"})
-    b = make_run(tmp_path / "b", [60.0] * 400, failed=20, meta={"client": client, "salt": "y"})
+    b = make_run(tmp_path / "b", [60.0] * 400, failed=20, failed_status="timeout", meta={"client": client, "salt": "y"})
     data = compare_json(compare_runs([a, b], slo=SLO_500))
     assert data["schema_version"] == SCHEMA_VERSION and data["kind"] == "compare"
     assert (
@@ -88,7 +88,7 @@ def test_a_suspect_run_names_no_winner_and_says_why(tmp_path: Path) -> None:
 def test_markdown_cells_show_lower_bounds_and_hold_their_columns(tmp_path: Path) -> None:
     evil = "m|x <img src=x onerror=alert(1)> [l](http://e) `c` \x1b[31m\u202e"
     a = make_run(tmp_path / "a", [50.0] * 400, model=evil)
-    b = make_run(tmp_path / "b", [60.0] * 400, failed=20)
+    b = make_run(tmp_path / "b", [60.0] * 400, failed=20, failed_status="timeout")
     md = compare_markdown(compare_runs([a, b], names=["a|1", "b*2"]))
     assert "<img" not in md and "\x1b" not in md and "\u202e" not in md
     table = [ln for ln in md.splitlines() if ln.startswith("|")]

@@ -88,7 +88,7 @@ def test_censored_samples_show_as_lower_bounds_in_every_output(tmp_path: Path) -
     """5 of 105 requests never got a first token: TTFT p99 is only a lower bound (">= 50.00 ms"), its
     upper bound open; the data says so, and the reason counts the censored requests."""
     prof = load_profile(profile(tmp_path, TTFT_P99))
-    out = gate_run(make_run(tmp_path / "r", [50.0] * 100, failed=5), prof)
+    out = gate_run(make_run(tmp_path / "r", [50.0] * 100, failed=5, failed_status="timeout"), prof)
     (case,) = out.cases
     assert case.status == "inconclusive"
     assert case.message.endswith("; 5 censored (requests never answered)")

@@ -32,9 +32,10 @@ from loadgen.workload.load import load_workload
 
 pytestmark = pytest.mark.skipif(not have_xllamacpp(), reason="xllamacpp (the [test] extra) is not installed")
 
-# What `loadgen check` legitimately fails against llama.cpp (see docs/llamacpp.md): it
-# serves one model and answers whatever `model` a request names.
-LLAMACPP_CHECK_FAILS = {"error-unknown-model"}
+# Where llama.cpp deviates from the API, as `loadgen check` reports it (see docs/llamacpp.md): it
+# serves one model and answers whatever `model` a request names. An API deviation loadgen
+# measures through: WARN, not FAIL.
+LLAMACPP_CHECK_WARNS = {"error-unknown-model"}
 
 
 @pytest.fixture(scope="module")
@@ -193,9 +194,9 @@ def test_check_passes_every_item_llamacpp_can(
     report = tmp_path / "check.json"
     code = cli_main(["check", "--endpoint", llama.url, "--json", str(report), "--timeout", "20"])
     cases = {c["name"]: c for c in json.loads(report.read_text())["cases"]}
-    failed = {name for name, c in cases.items() if c["status"] != "pass"}
-    assert failed == LLAMACPP_CHECK_FAILS, {n: cases[n]["message"] for n in failed}
-    assert code == 1  # an item failed
+    not_passed = {name: c["status"] for name, c in cases.items() if c["status"] != "pass"}
+    assert not_passed == dict.fromkeys(LLAMACPP_CHECK_WARNS, "warn"), {n: cases[n]["message"] for n in not_passed}
+    assert code == 0  # only warnings; --strict would fail it
     assert "HTTP 200" in cases["error-unknown-model"]["message"]
 
 
