@@ -13,10 +13,11 @@ import base64
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote
 
 import pytest
 from hostile import HostileServer, serve_in_thread
+from hostile_checks import secret_forms
 from junit_schema import junit_problems
 
 from loadgen.cli.main import main as cli_main
@@ -28,23 +29,9 @@ PASSWORD = "pw-Hx81Ld0Qz7Rk"
 _UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
 
 
-def forms(secret: str) -> dict[str, str]:
-    """How a secret may show up: raw, URL-encoded, base64 (of it and of its header), fragments."""
-    b64 = base64.b64encode(secret.encode()).decode()
-    return {
-        "raw": secret,
-        "url": quote(secret, safe=""),
-        "url-plus": quote_plus(secret),
-        "b64": b64,
-        "b64-header": base64.b64encode(f"Bearer {secret}".encode()).decode(),
-        "b64url": base64.urlsafe_b64encode(secret.encode()).decode().rstrip("="),
-        "fragment": secret[4:16],
-        "fragment-b64": b64[4:20],
-    }
-
-
 def leaks(secret: str, texts: dict[str, str]) -> list[str]:
-    return [f"{form} in {where}" for where, t in texts.items() for form, f in forms(secret).items() if f in t]
+    forms = {form: f.decode() for form, f in secret_forms(secret).items()}
+    return [f"{form} in {where}" for where, t in texts.items() for form, f in forms.items() if f in t]
 
 
 @pytest.fixture(scope="module")
