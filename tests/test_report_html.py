@@ -207,6 +207,10 @@ def test_sweep_report_structure(sweep_dir: Path) -> None:
     assert [p["index"] for p in summary["points"]] == [0, 1, 2] and summary["schema_version"] == "2"
     assert summary["frontier"] and summary["capacity_at_slo"]["rate"] is not None
     assert "a point-specific part (p0, p1, …)" in html  # per-point cache independence is stated
+    import pyarrow.parquet as pq
+
+    # each point's window is in the records themselves, for a one-line query (docs/metrics.md)
+    assert {"in_window", "ttft_ms", "ttft_censored"} <= set(pq.read_schema(sweep_dir / "records.parquet").names)
 
 
 def test_everything_the_endpoint_sent_is_escaped(sweep_dir: Path) -> None:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summary_to_json
 from loadgen.analysis.pareto import cost_per_million, per_gpu
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run, slo_to_json
@@ -226,4 +227,6 @@ def render_sweep(run_dir: Path, **options: Any) -> SweepReport:
     """
     a = analyze_run(Path(run_dir), **options)
     write_json(Path(run_dir) / "summary.json", analysis_json(a))
+    # in_window and the figures' own columns in records.parquet, per point, for one-line queries
+    annotate_run(Path(run_dir), {p.index: p.summary.window for p in a.points}, table=a.table)
     return SweepReport(a, write_report(Path(run_dir), analysis=a))
