@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from hostile_runner import Runner
 
 from loadgen.cli.flags import Parser, attach_dash_values
 from loadgen.cli.main import build_parser
@@ -195,10 +197,17 @@ class Result:
     stderr: str
 
 
-def _run_case(case: Case, url: str, files: Path, out: Path) -> Result:
+def _run_case(case: Case, url: str, files: Path, out: Path, runner: Runner | None) -> Result:
     argv = [a.replace(URL, url).replace(OUT, str(out)).replace(FILES, str(files)) for a in case.argv]
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LOADGEN_LOOP")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
+    if runner is not None:  # a process of its own, forked from one that imported loadgen once
+        out.mkdir(parents=True, exist_ok=True)
+        rid = runner.start(argv, files.parent, {**env, **case.env}, out / "stdout", out / "stderr")
+        status, _, killed = runner.wait(rid, time.monotonic() + 120)
+        if killed:
+            return Result(argv, -1, "still running after 120 s")
+        return Result(argv, os.waitstatus_to_exitcode(status), (out / "stderr").read_text(errors="replace"))
     try:
         done = subprocess.run(
             [sys.executable, "-m", "loadgen", *argv],
@@ -218,13 +227,21 @@ def _run_case(case: Case, url: str, files: Path, out: Path) -> Result:
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Result], list[str], Path]]:
     root = tmp_path_factory.mktemp("bad-input")
     files = bad_files(root / "files")
-    with CountingServer() as server:
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {
-                c.id: pool.submit(_run_case, c, server.url, files, root / "out" / str(i)) for i, c in enumerate(CASES)
-            }
-            results = {k: f.result() for k, f in futures.items()}
-        yield results, server.requests, root
+    # each case a process of its own (its exit code, its stderr), forked from one interpreter that
+    # imported loadgen once (tests/hostile_runner.py); LOADGEN_BAD_INPUT_FORK=0 starts each afresh
+    runner = Runner(root) if os.environ.get("LOADGEN_BAD_INPUT_FORK", "1") != "0" else None
+    try:
+        with CountingServer() as server:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                futures = {
+                    c.id: pool.submit(_run_case, c, server.url, files, root / "out" / str(i), runner)
+                    for i, c in enumerate(CASES)
+                }
+                results = {k: f.result() for k, f in futures.items()}
+            yield results, server.requests, root
+    finally:
+        if runner is not None:
+            runner.close()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
