@@ -278,6 +278,13 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
         help="let --out replace a run already in that folder (default: refuse)",
     )
     p.add_argument("--no-live", dest="live", action="store_false", help="no live view while running")
+    p.add_argument(
+        "--no-report",
+        dest="report",
+        action="store_false",
+        help="write no report.html (records, run.json and summary.json are written; `loadgen report DIR` "
+        "makes the report later, from the records alone)",
+    )
 
 
 def preflight(args: argparse.Namespace) -> None:
@@ -547,7 +554,8 @@ def main(args: argparse.Namespace) -> int:
         from loadgen.report.terminal import print_run
 
         print_run(report)
-        print(f"report: {write_report(out)}")
+        if getattr(args, "report", True):
+            print(f"report: {write_report(out)}")
     cut = result.cut_inflight if result.drain_cut else None
     return ending(result.interrupted, result.stop_reason, cut, result.failure) or gate_after_run(out, args)
 
