@@ -131,6 +131,17 @@ def every_request_failed(run_dir: Path, secrets: Secrets, points: Sequence[int] 
     return line
 
 
+def cancelled_at_cut(run_dir: Path, point: int | None = None) -> int:
+    """How many requests (of ``point``, if given) the records say were cancelled: after a second
+    interrupt, those the cut drain cancelled (a first stop cancels none: it waits). Counted from
+    the records, not from the engine's in-flight counter at the cut instant, which misses a
+    request that was on its way to the wire then."""
+    table = read_records(run_dir).select(["point", "status"]).to_pydict()
+    return sum(
+        1 for p, s in zip(table["point"], table["status"], strict=True) if s == "cancelled" and point in (None, p)
+    )
+
+
 @contextmanager
 def target(endpoint: str | None, sim_flags: list[str]) -> Iterator[tuple[str, bool]]:
     """Yield (base URL, is_simulator): the given endpoint, or a fresh simulator process
@@ -284,7 +295,7 @@ def execute(
         interrupted=stopper.stopped,
         stop_reason=stopper.reason,
         drain_cut=stopper.cut,
-        cut_inflight=stopper.cut_inflight,
+        cut_inflight=cancelled_at_cut(out) if stopper.cut else 0,
         failure=failure,
     )
 

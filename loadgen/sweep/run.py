@@ -38,6 +38,7 @@ from loadgen.client.endpoint import discover_model, endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
 from loadgen.client.run import (
+    cancelled_at_cut,
     command_line,
     every_request_failed,
     finish_state,
@@ -239,7 +240,9 @@ def run_sweep(
             write_json(out / "run.json", finish_state(meta, stopper, error))
     result.interrupted = stopper.stopped
     result.stop_reason = stopper.reason
-    result.drain_cut, result.cut_inflight = stopper.cut, stopper.cut_inflight
+    result.drain_cut = stopper.cut
+    if stopper.cut and result.points:  # the cut point is the last one sent
+        result.cut_inflight = cancelled_at_cut(out, result.points[-1].index)
     if not stopper.stopped and result.points:
         result.failure = every_request_failed(out, secrets)
     return result
