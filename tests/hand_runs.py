@@ -9,7 +9,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.records import Record, to_batch
+from loadgen.records import Record, RecordWriter, read_stream, to_batch
 
 MS = 1_000_000
 T0 = 10_000_000_000
@@ -141,3 +141,14 @@ def profile(tmp_path: Path, criteria: str, head: str = "") -> Path:
 
 
 TTFT_P99 = '  - {name: TTFT p99, metric: ttft, statistic: p99, bound: "<= 200 ms"}\n'
+
+
+def written(tmp_path: Path, *records: Record) -> pa.Table:
+    """The records as the engine writes them: through RecordWriter (numbered in order), read
+    back from the stream."""
+    path = tmp_path / "records.arrows"
+    with RecordWriter(path) as w:
+        for i, r in enumerate(records):
+            r.request = i
+            w.add(r)
+    return read_stream(path)

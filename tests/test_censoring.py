@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
+from hand_runs import written
 from rich.console import Console
 
 from loadgen.analysis.columns import int_column
@@ -24,7 +25,7 @@ from loadgen.client.settings import RunSettings
 from loadgen.conformance.bounds import measure, percentile, verdict
 from loadgen.conformance.samples import Point
 from loadgen.conformance.slo import Criterion
-from loadgen.records import Record, RecordWriter, read_records, read_stream
+from loadgen.records import Record, read_records
 from loadgen.report.terminal import latency_table
 from loadgen.schedule import Arrival
 from loadgen.sweep.plan import SweepPlan
@@ -57,16 +58,6 @@ def rec(sched: float, first: float | None = None, done: float | None = None, sta
         status=status,
         **kw,
     )
-
-
-def written(tmp_path, *records: Record) -> pa.Table:
-    """The records as the engine writes them: through RecordWriter, read back from the stream."""
-    path = tmp_path / "records.arrows"
-    with RecordWriter(path) as w:
-        for i, r in enumerate(records):
-            r.request = i
-            w.add(r)
-    return read_stream(path)
 
 
 WHOLE = Window(BASE - 10**12, BASE + 10**12, BASE)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hand_runs import written
 
 from loadgen.analysis.sessions import load_unit, per_session, session_summary
 from loadgen.analysis.window import Window
-from loadgen.records import Record, RecordWriter, read_stream
+from loadgen.records import Record
 from loadgen.workload.load import load_workload
 
 BASE = 10**12
@@ -39,15 +40,6 @@ def turn(session: int, k: int, sched: float, done: float | None, status: str = "
         output_tokens=1 if first else 0,
         status=status,
     )
-
-
-def written(tmp_path: Path, *records: Record) -> pa.Table:
-    path = tmp_path / "records.arrows"
-    with RecordWriter(path) as w:
-        for i, r in enumerate(records):
-            r.request = i
-            w.add(r)
-    return read_stream(path)
 
 
 WHOLE = Window(BASE - 10**12, BASE + 10**12, BASE)
