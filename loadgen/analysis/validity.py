@@ -54,8 +54,6 @@ __all__ = [
     "run_caveats",
     "point_caveats",
     "validity_json",
-    "validity_warnings",
-    "compact_warnings",
 ]
 
 SUSPECT_CODES = (
@@ -399,16 +397,3 @@ def point_caveats(
         + (simulator_caveats(entry) if entry.get("phase") != "run" else [])  # a sweep point's own
         + list(more)
     )
-
-
-# --------------------------------------------------------------------------- plain strings
-
-
-def validity_warnings(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[str]:
-    """The messages of ``summary_caveats`` (for views that show words only)."""
-    return [c.message for c in summary_caveats(summary, lag_p99_limit_ms=lag_p99_limit_ms, min_samples=min_samples)]
-
-
-def compact_warnings(warnings: list[str]) -> list[str]:
-    """Unchanged: ``summary_caveats`` already folds the per-metric sample counts into one line."""
-    return list(warnings)
