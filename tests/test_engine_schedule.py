@@ -6,6 +6,7 @@ the tolerances are a few ticks, or a period of the engine's own (its 200 ms hous
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from fake_wire import MS, Answer, FakeTransport, Read, at, conversation, plan, r
 
 from loadgen.client.config import Plan, Timeouts
 from loadgen.client.engine import LEAD_NS, Engine
+from loadgen.client.holds import HoldQueue
 from loadgen.client.transport import Exchange
 from loadgen.clock import VirtualClock
 from loadgen.workload.base import SyntheticChat
@@ -154,6 +156,44 @@ def test_a_request_held_when_the_run_is_stopped_never_goes_out(tmp_path: Path) -
     assert wire.wrote == [] and wire.dropped == [0]
     assert rec["status"] == ["not_sent", "not_sent"] and rec["t_sent"] == [None, None]
     assert rec["error"] == ["not sent: run stopped (interrupted)"] * 2
+
+
+def test_a_stop_drops_what_is_held_before_a_read_could_send_it() -> None:
+    """aiohttp holds a request in its own writing task, which the session's cancellation
+    reaches only later: a read in between (``send_due``) must not send it after the stop."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        now = [0]
+        queue = HoldQueue(lambda: now[0])
+        sent: list[str] = []
+        held = [_Recorded(name, sent) for name in ("held", "late")]
+        writer = asyncio.ensure_future(queue.hold(Exchange(0, b"", {}, 100 * MS), held[0]))
+        await asyncio.sleep(0)
+        queue.close()  # the stop, in the same callback as the cancellations it orders
+        now[0] = 200 * MS
+        queue.send_due(now[0])  # a read of another stream, before the writer's cancellation lands
+        late = asyncio.ensure_future(queue.hold(Exchange(1, b"", {}, 300 * MS), held[1]))
+        await asyncio.sleep(0)
+        for task in (writer, late):
+            task.cancel()
+        await asyncio.gather(writer, late, return_exceptions=True)
+        return sent, [h.name for h in held if h.sent]
+
+    sent, dropped = asyncio.run(main())
+    assert sent == [] and dropped == ["held", "late"]
+
+
+class _Recorded:
+    def __init__(self, name: str, sent: list[str]) -> None:
+        self.name, self.log, self.sent = name, sent, False
+
+    def send(self) -> None:
+        if not self.sent:
+            self.sent = True
+            self.log.append(self.name)
+
+    def drop(self) -> None:
+        self.sent = True
 
 
 def test_without_the_fast_path_requests_are_prepared_at_their_instant(tmp_path: Path) -> None:

@@ -104,6 +104,7 @@ class Engine:
             self._stopped_at = self.clock()
             self.live.stop_ns = self._stopped_at
             self._stop.set()
+            self._holds.close()  # before any read can send one of them
             self.sessions.cut_unsent(f"run stopped ({self.stop_reason})")
         elif not self._drained and not self._cut.is_set():
             self.drain_cut = True

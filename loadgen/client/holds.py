@@ -11,6 +11,7 @@ write is not schedule lag, and a request is never written before its instant.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from typing import NamedTuple
 
@@ -32,10 +33,11 @@ class _Due(NamedTuple):
 class HoldQueue:
     """The requests held for their instants, earliest first (a ``Holds`` for the transport)."""
 
-    __slots__ = ("next_due", "_clock", "_heap")
+    __slots__ = ("next_due", "closed", "_clock", "_heap")
 
     def __init__(self, clock: Clock) -> None:
         self.next_due = NEVER  # the earliest instant held; a read compares its own time with it
+        self.closed = False  # the run was stopped: nothing held is sent any more
         self._clock = clock
         self._heap: list[_Due] = []
 
@@ -44,13 +46,17 @@ class HoldQueue:
 
     async def hold(self, ex: Exchange, held: Held) -> None:
         """Send ``held`` at ``ex.at`` (or from a read just after it); drop it if cancelled first."""
+        if self.closed:  # prepared as the run stopped: its session is being cancelled; wait for that
+            held.drop()
+            await asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, _Due(ex.at, ex.seq, ex, held))
         self.next_due = self._heap[0].at
         try:
             try:
                 await sleep_until(ex.at, self._clock)
             except BaseException:
-                held.drop()  # cancelled: its bytes must never reach the connection
+                if not held.sent:
+                    held.drop()  # cancelled: its bytes must never reach the connection
                 raise
             self._send(ex, held)
         finally:
@@ -63,6 +69,16 @@ class HoldQueue:
             due = heapq.heappop(heap)
             self._send(due.ex, due.held)
         self.next_due = heap[0].at if heap else NEVER
+
+    def close(self) -> None:
+        """A stop: drop every request still held, now. Their sessions are being cancelled, but
+        a read that runs before a cancellation lands would otherwise still send one (a request
+        written after the stop, recorded as cancelled rather than not sent)."""
+        self.closed = True
+        for due in self._heap:
+            due.held.drop()
+        self._heap.clear()
+        self.next_due = NEVER
 
     def _send(self, ex: Exchange, held: Held) -> None:
         if not held.sent:
