@@ -42,6 +42,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "file_metadata",
     "STATUSES",
+    "STREAM_ENDS",
+    "TOKEN_SOURCES",
     "Record",
     "RecordWriter",
     "read_stream",
@@ -78,6 +80,12 @@ STATUSES = (
 # (``continuous_usage_stats``), a configured tokenizer, or one per chunk.
 TOKEN_SOURCES = ("usage", "usage_per_chunk", "tokenizer", "chunks", "none")
 
+# How a 200 stream ended (``stream_end``): ``done``, with ``data: [DONE]``; ``finish``, with a
+# finish_reason but no [DONE] before the body closed (the answer is whole, its framing not:
+# ``ok``, and counted per run); ``eof``, with neither (``disconnected``). Null for a request
+# whose stream never began (an HTTP error, a failure before the body, not sent).
+STREAM_ENDS = ("done", "finish", "eof")
+
 _FIELDS: list[pa.Field[Any]] = [
     pa.field("run_id", pa.string()),
     pa.field("point", pa.int32()),  # load point index within a sweep (0 for a run)
@@ -105,6 +113,7 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("output_tokens", pa.int32()),  # the count used by metrics
     pa.field("output_tokens_source", pa.string()),
     pa.field("reasoning_tokens", pa.int32()),  # usage.completion_tokens_details.reasoning_tokens; null if not sent
+    pa.field("stream_end", pa.string()),  # how a 200 stream ended (STREAM_ENDS); null if none began
     pa.field("finish_reason", pa.string()),
     pa.field("status", pa.string()),
     pa.field("http_status", pa.int32()),
@@ -117,7 +126,8 @@ SCHEMA = pa.schema(_FIELDS)
 # reader can ignore, a major one changes a column's meaning. 1 (no version stamped): the schema
 # before issue 13/14. 1.1: status ``not_sent``, columns ``t_first_content`` and ``reasoning_tokens``,
 # and in a compacted file the derived columns and metadata analysis adds (``record_annotation``).
-SCHEMA_VERSION = "1.1"
+# 1.2: column ``stream_end``.
+SCHEMA_VERSION = "1.2"
 LOADGEN_VERSION_KEY = "loadgen.version"
 
 SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
@@ -153,6 +163,7 @@ class Record:
     output_tokens: int = 0
     output_tokens_source: str = "none"
     reasoning_tokens: int | None = None
+    stream_end: str | None = None
     finish_reason: str | None = None
     status: str = "ok"
     http_status: int | None = None

@@ -95,6 +95,11 @@ class EngineConfig:
     read_bufsize: int = 4 * 1024 * 1024
     flush_interval_s: float = 0.2  # how often records are flushed and timeouts enforced
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # Per-chunk token counts (issue 15): ask for running usage on every chunk (vLLM's
+    # ``stream_options.continuous_usage_stats``), else count each chunk's text with ``tokenizer``
+    # (a tokenizer.json path or "builtin", loaded by the engine: a config crosses to workers).
+    continuous_usage: bool = False
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
@@ -111,6 +116,8 @@ class EngineConfig:
         _integer("EngineConfig.point", self.point, 0, 1 << 62)
         _integer("EngineConfig.read_bufsize", self.read_bufsize, *_BUFSIZE)
         _positive("EngineConfig.flush_interval_s", self.flush_interval_s, 60.0, "seconds")
+        if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer.strip()):
+            raise ConfigError(f"--tokenizer {self.tokenizer!r}: give a tokenizer.json path, or leave it out")
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"--extra-body {self.extra_body!r}: must be a JSON object")
 
