@@ -6,8 +6,11 @@ stream (role chunk, 128 content chunks, finish chunk, ``choices: []`` usage chun
 ``[DONE]``) through ``StreamTally``: once with one read per event (a server that
 flushes every token, the worst case), once with reads of ~16 events (a client that
 fell behind or a server that batches), and split at TCP-segment (1448-byte) and at
-small 97-byte boundaries. The last column turns the learned content-chunk template off
-(every chunk through orjson), to show what it saves.
+small 97-byte boundaries. The last column turns the learned templates off (every chunk
+through orjson), to show what they save. The same stream is then replayed with running
+usage on every chunk, as vLLM's ``continuous_usage_stats`` sends it (loadgen asks for it
+by default where a server offers it, for exact per-chunk token counts): its content
+chunks are read off the usage template (usage_template.py), whose holes are the counts.
 
 Run: ``python benchmarks/parse_speed.py [--repeat N]``.
 """
@@ -30,8 +33,9 @@ from loadgen.client.protocol.tally import StreamTally
 WORDS = "the quick brown fox jumps over a lazy dog while sipping some cold tea".split()
 
 
-def chat_stream(tokens: int = 128) -> list[bytes]:
-    """The events (each one ``data: ...\\n\\n``) of an OpenAI chat stream with usage."""
+def chat_stream(tokens: int = 128, running: bool = False) -> list[bytes]:
+    """The events (each one ``data: ...\\n\\n``) of an OpenAI chat stream with usage;
+    with ``running``, every chunk carries the usage so far (vLLM's continuous_usage_stats)."""
     head = {
         "id": "chatcmpl-9xYzAbCdEfGhIjKlMnOpQrStUvWx",
         "object": "chat.completion.chunk",
@@ -40,15 +44,17 @@ def chat_stream(tokens: int = 128) -> list[bytes]:
         "system_fingerprint": "fp_44709d6fcb",
     }
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, choices: bool = True) -> bytes:
+    def chunk(delta: dict[str, Any], done: int, finish: str | None = None) -> bytes:
         body = dict(head)
-        body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if choices else []
-        body["usage"] = None
+        body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        body["usage"] = (
+            {"prompt_tokens": 512, "total_tokens": 512 + done, "completion_tokens": done} if running else None
+        )
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
-    events = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    events += [chunk({"content": " " + WORDS[i % len(WORDS)]}) for i in range(tokens)]
-    events.append(chunk({}, "length"))
+    events = [chunk({"role": "assistant", "content": "", "refusal": None}, 0)]
+    events += [chunk({"content": " " + WORDS[i % len(WORDS)]}, i + 1) for i in range(tokens)]
+    events.append(chunk({}, tokens, "length"))
     last = dict(head, choices=[])
     last["usage"] = {
         "prompt_tokens": 512,
@@ -76,7 +82,7 @@ def run_tally(reads: list[bytes], repeat: int, learn: bool = True) -> float:
     for _ in range(repeat):
         tally = StreamTally("chat")
         if not learn:
-            tally._learns = 0  # every chunk through orjson: the full path
+            tally._learns = 0  # no template learned: every chunk through orjson, the full path
         t = 0
         for data in reads:
             t += 1
@@ -100,26 +106,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2000)
     args = ap.parse_args()
-    events = chat_stream()
-    n = len(events)
-    check = StreamTally("chat")
-    for data in reads_of(events, 16):
-        check.feed(data, 0)
-    assert check.reconcile()[1:] == (128, "usage"), check.reconcile()
-    print(f"{n} events/stream (128 tokens), mean event {len(b''.join(events)) // n} bytes")
-    print(f"{'us of CPU per event, best of 5':34s} SSE only   tally   tally without template")
-    for label, reads in (
-        ("1 event per read", reads_of(events, 1)),
-        ("16 events per read", reads_of(events, 16)),
-        ("1448-byte reads (TCP segments)", byte_splits(events, 1448)),
-        ("97-byte reads", byte_splits(events, 97)),
-    ):
-        run_tally(reads, max(args.repeat // 20, 1))  # warm up
-        per = 1e6 / (args.repeat * n)
-        sse = min(run_sse(reads, args.repeat) for _ in range(5)) * per
-        fast = min(run_tally(reads, args.repeat) for _ in range(5)) * per
-        full = min(run_tally(reads, args.repeat, learn=False) for _ in range(5)) * per
-        print(f"  {label:32s} {sse:8.2f} {fast:7.2f} {full:10.2f}")
+    for running, source in ((False, "usage"), (True, "usage_per_chunk")):
+        events = chat_stream(running=running)
+        n = len(events)
+        check = StreamTally("chat")
+        for data in reads_of(events, 16):
+            check.feed(data, 0)
+        assert check.reconcile()[1:] == (128, source), check.reconcile()
+        what = "running usage on every chunk" if running else "final usage only"
+        print(f"{n} events/stream (128 tokens, {what}), mean event {len(b''.join(events)) // n} bytes")
+        print(f"{'us of CPU per event, best of 5':34s} SSE only   tally   tally without template")
+        for label, reads in (
+            ("1 event per read", reads_of(events, 1)),
+            ("16 events per read", reads_of(events, 16)),
+            ("1448-byte reads (TCP segments)", byte_splits(events, 1448)),
+            ("97-byte reads", byte_splits(events, 97)),
+        ):
+            run_tally(reads, max(args.repeat // 20, 1))  # warm up
+            per = 1e6 / (args.repeat * n)
+            sse = min(run_sse(reads, args.repeat) for _ in range(5)) * per
+            fast = min(run_tally(reads, args.repeat) for _ in range(5)) * per
+            full = min(run_tally(reads, args.repeat, learn=False) for _ in range(5)) * per
+            print(f"  {label:32s} {sse:8.2f} {fast:7.2f} {full:10.2f}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ def sse(*events: bytes | Json) -> list[bytes]:
     return [b"data: " + (e if isinstance(e, bytes) else orjson.dumps(e)) + b"\n\n" for e in events]
 
 
-def tally_of(api: str, reads: list[bytes], keep_text: bool = False, **kw: int) -> StreamTally:
+def tally_of(api: str, reads: list[bytes], keep_text: bool = False, max_event_bytes: int = 1 << 20) -> StreamTally:
     """Feed each read at t = 1000 * (its index + 1), then close."""
-    t = StreamTally(api, keep_text=keep_text, **kw)
+    t = StreamTally(api, keep_text=keep_text, max_event_bytes=max_event_bytes)
     for i, data in enumerate(reads):
         t.feed(data, 1000 * (i + 1))
     t.close()

@@ -34,6 +34,9 @@ def sse(i: int) -> bytes:
     return b'data: {"choices":[{"index":0,"delta":{"content":"w%d "}}]}\n\n' % i
 
 
+COMMENT = b": keep-alive\n\n"  # an SSE comment: bytes on the wire, no event
+
+
 def tail(n: int) -> bytes:
     return b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % n
 
@@ -55,6 +58,7 @@ class Answer:
     end: str = "eof"  # "eof", "disconnect" (a WireError after the reads) or "hang" (never ends)
     error: bytes = b""
     retry_after: str | None = None
+    cleanup_ms: float = 0.0  # after the last read, the HTTP client's own work (releasing the connection, an error)
 
     @staticmethod
     def tokens(n: int, ttft_ms: float = 50.0, itl_ms: float = 10.0) -> Answer:
@@ -143,6 +147,7 @@ class FakeTransport:
                 if t >= holds.next_due:
                     holds.send_due(t)
                 clock.advance(int(read.busy_ms * MS))
+            clock.advance(int(answer.cleanup_ms * MS))
             if answer.end == "disconnect":
                 raise WireError("disconnected", "ServerDisconnectedError: the fake closed mid-body")
             if answer.end == "hang":

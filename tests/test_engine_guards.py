@@ -3,7 +3,8 @@
 On virtual time, through the scripted transport: every error text is one clean line without
 any of the run's secrets (raw, base64, hidden by a zero-width character, in the URL); values the
 stream bounded are noted in ``error`` without changing the status; a housekeeping pass or a
-writer that raises is counted and the run goes on, timeouts still enforced.
+writer that raises is counted and the run goes on, its timeouts (timers of their own) on time;
+and the per-chunk token options reach the requests and the tallies.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from fake_wire import MS, Answer, FakeTransport, Read, plan, run, sse
 
 from loadgen.client.config import Timeouts
 from loadgen.client.engine import Engine
+from loadgen.client.transport import Exchange
 from loadgen.clock import VirtualClock
 from loadgen.records import Record, RecordWriter
+from loadgen.workload.tokenizer import get_tokenizer
 
 KEY = "sk-live-Q7mZ4tWb2Xp9"
 URL_PASSWORD = "pw-77-Lr8Vn3Ks"
-HOUSEKEEPING = 200 * MS
+TICKS = 50_000  # a few dozen turns of the virtual loop
 
 
 def _unsafe(text: str) -> bool:
@@ -101,22 +104,26 @@ def test_a_failing_writer_is_counted_and_loses_neither_the_run_nor_its_timeouts(
     assert sorted(rec["request"]) == [0, 2]  # request 1's record was refused: counted, the rest kept
     assert rec["status"] == ["ok", "timeout"]
     took = rec["t_done"][1] - rec["t_sched"][1]
-    assert 1000 * MS <= took <= 1000 * MS + HOUSEKEEPING + MS  # enforced by a pass whose flush failed
+    assert 1000 * MS <= took <= 1000 * MS + TICKS  # on time, while every flush around it failed
     health = engine.live.health()
     assert health["writer_errors"] == 12 and health["last_engine_error"] == "writer.flush: OSError: disk full"
 
 
-def test_a_housekeeping_pass_that_raises_is_counted_and_the_next_one_enforces_the_timeouts(tmp_path: Path) -> None:
+def test_a_housekeeping_pass_that_raises_is_counted_and_neither_the_flushes_nor_the_timeouts_stop(
+    tmp_path: Path,
+) -> None:
+    flushed: list[int] = []
+
     def break_the_first_pass(engine: Engine, clock: VirtualClock, start: int) -> None:
-        enforce, calls = engine.sessions.enforce_timeouts, []
+        flush = engine._flush
 
-        def flaky(now: int) -> None:
-            calls.append(now)
-            if len(calls) == 1:
+        def flaky() -> None:
+            flushed.append(clock())
+            if len(flushed) == 1:
                 raise RuntimeError("a bug in one pass")
-            enforce(now)
+            flush()
 
-        engine.sessions.enforce_timeouts = flaky  # type: ignore[method-assign]  # the point: a pass that fails
+        engine._flush = flaky  # type: ignore[method-assign]  # the point: a pass that fails
 
     rec, _, engine = run(
         tmp_path,
@@ -125,8 +132,39 @@ def test_a_housekeeping_pass_that_raises_is_counted_and_the_next_one_enforces_th
         during=break_the_first_pass,
         timeouts=Timeouts(first_byte=1.0),
     )
-    assert rec["status"] == ["timeout"] and rec["error"] == ["no data before the first-byte timeout"]
+    assert rec["status"] == ["timeout"] and rec["error"] == ["no output before the first-byte timeout"]
     took = rec["t_done"][0] - rec["t_sched"][0]
-    assert 1000 * MS <= took <= 1000 * MS + HOUSEKEEPING + MS
+    assert 1000 * MS <= took <= 1000 * MS + TICKS
+    assert len(flushed) >= 5  # the passes after the one that raised went on
     health: dict[str, Any] = engine.live.health()
     assert health["housekeeping_errors"] == 1 and "a bug in one pass" in health["last_engine_error"]
+
+
+# -- per-chunk token counts: what the engine asks for and counts with ---------------------------------
+def test_per_chunk_counts_ask_for_running_usage_and_count_with_the_configured_tokenizer(tmp_path: Path) -> None:
+    """With ``continuous_usage`` every request asks for running usage; with a tokenizer and no
+    running usage in the answer, each chunk's text is counted with it (loaded once per engine)."""
+    bodies: list[dict[str, Any]] = []
+
+    def answer(ex: Exchange) -> Answer:
+        bodies.append(orjson.loads(ex.body))
+        return Answer.tokens(3)
+
+    rec, _, engine = run(
+        tmp_path, lambda c: FakeTransport(c, answer), plan([0, 10]), continuous_usage=True, tokenizer="builtin"
+    )
+    assert engine.tokenizer is get_tokenizer("builtin")
+    assert [b["stream_options"] for b in bodies] == [{"include_usage": True, "continuous_usage_stats": True}] * 2
+    assert rec["status"] == ["ok"] * 2 and rec["output_tokens_source"] == ["tokenizer"] * 2
+
+
+def test_without_those_options_the_requests_and_counts_are_as_before(tmp_path: Path) -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def answer(ex: Exchange) -> Answer:
+        bodies.append(orjson.loads(ex.body))
+        return Answer.tokens(3)
+
+    rec, _, engine = run(tmp_path, lambda c: FakeTransport(c, answer), plan([0]))
+    assert engine.tokenizer is None and bodies[0]["stream_options"] == {"include_usage": True}
+    assert rec["output_tokens_source"] == ["usage"] and rec["chunk_tokens"] == [[1, 1, 1]]

@@ -56,7 +56,8 @@ class LoggingServer:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         entry = Served(int(request.headers.get("X-Loadgen-Seq", "-1")), time.perf_counter_ns())
-        self.log.append(entry)
+        if "X-Loadgen-Probe" not in request.headers:  # the per-chunk usage probe is not a scheduled request
+            self.log.append(entry)
         await request.read()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         try:

@@ -68,7 +68,13 @@ def test_importing_loadgen_loads_nothing_heavy() -> None:
 
 def _settings(url: str, seed: int = 0) -> loadgen.RunSettings:
     return loadgen.RunSettings(
-        endpoint=url, model=None, arrival=loadgen.Arrival("poisson", rate=40.0), duration_s=None, requests=24, seed=seed
+        endpoint=url,
+        model=None,
+        arrival=loadgen.Arrival("poisson", rate=40.0),
+        duration_s=None,
+        requests=24,
+        seed=seed,
+        lag_limit_ms=50.0,  # a loaded test box must not make the gate below inconclusive
     )
 
 

@@ -402,7 +402,8 @@ def test_report_in_a_headless_browser(sweep_dir: Path, tmp_path: Path) -> None:
     # reasoning columns) included: nothing scrolls sideways, neither the page nor a table in it
     assert dom["viewport"] == 1280 and dom["page_width"] <= 1280, dom["page_width"]
     points = [t for t in dom["tables"] if t["id"].startswith("points-")]
-    assert [t["id"] for t in points] == ["points-throughput", "points-outcomes", "points-latency", "points-users"]
+    ids = ["points-throughput", "points-outcomes", "points-latency", "points-users", "points-client"]
+    assert [t["id"] for t in points] == ids
     assert max(t["cols"] for t in points) >= 11
     for t in dom["tables"]:
         assert t["width"] <= t["room"], t

@@ -202,6 +202,8 @@ def test_without_the_fast_path_the_run_says_so_and_its_summary_warns(
 
     client = asyncio.run(go())
     assert client["fast_read"] is False and client["records"] == 3
+    probe = [client[k] for k in ("loop_lag_p99_ms", "loop_lag_max_ms", "read_lateness_p99_ms")]  # the self-check
+    assert all(isinstance(v, float) and v >= 0 for v in probe) and probe[0] <= probe[1]
     (warning,) = [c.message for c in client_caveats(client) if c.code == "slow_path"]
     assert "aiohttp 9.9: gone" in warning and "slower path" in warning
     assert not [c for c in client_caveats({**client, "fast_read": True}) if c.code == "slow_path"]

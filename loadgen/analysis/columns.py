@@ -20,7 +20,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-__all__ = ["Cols", "Floats", "Ints", "Latencies", "Mask", "Objects", "ms", "gaps", "itl_icl", "int_column"]
+__all__ = [
+    "Cols",
+    "Floats",
+    "Ints",
+    "Latencies",
+    "Mask",
+    "Objects",
+    "ms",
+    "gaps",
+    "itl_icl",
+    "int_column",
+    "buffered_rows",
+    "BUFFERED_SHARE",
+    "BUFFERED_MIN_TOKENS",
+]
 
 Ints: TypeAlias = NDArray[np.int64]  # nanoseconds, token counts, row numbers
 Floats: TypeAlias = NDArray[np.float64]  # milliseconds, rates
@@ -41,6 +55,7 @@ class Cols:
     ints: dict[str, tuple[Ints, Mask]]
     source: Objects
     finish: Objects
+    stream_end: Objects  # records.STREAM_ENDS, None where no stream began (or an older file)
     error: Objects
     c_owner: Ints  # per output-carrying chunk: its row
     c_ns: Ints
@@ -71,6 +86,7 @@ class Cols:
             ints={k: int_column(table, k) for k in ints},
             source=_strings(table, "output_tokens_source"),
             finish=_strings(table, "finish_reason"),
+            stream_end=_strings(table, "stream_end"),
             error=_strings(table, "error"),
             c_owner=owner,
             c_ns=ns,
@@ -103,6 +119,9 @@ def _ints(col: pa.ChunkedArray[Any] | pa.Array[Any]) -> Ints:
 
 
 def _strings(table: pa.Table, name: str) -> Objects:
+    """A string column (all None when the table predates it)."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, None, dtype=np.object_)
     return np.asarray(table.column(name).to_numpy(), dtype=np.object_)
 
 
@@ -155,6 +174,37 @@ def itl_icl(c: Cols, rows: Mask) -> tuple[Floats, Floats]:
     k = tok[t][has_prev]
     itl = np.repeat(gap[has_prev] / 1e6 / k, k)
     return itl, icl
+
+
+BUFFERED_SHARE = 0.8  # of a request's tokens in one read, and of its time before that read
+BUFFERED_MIN_TOKENS = 4  # fewer tokens cannot tell a buffered answer from a short one
+
+
+def buffered_rows(c: Cols, rows: Mask) -> Mask:
+    """Per row: one of ``rows`` that looks buffered, not streamed. It has at least
+    ``BUFFERED_MIN_TOKENS`` output tokens, at least ``BUFFERED_SHARE`` of them arrived at one
+    instant (chunks with the same ``chunk_ns``: one read), and that read came after at least
+    ``BUFFERED_SHARE`` of the request's time from send to its last byte (``t_done - t_sent``)
+    had passed in silence. A streamed answer spreads its tokens over many reads; a server or
+    proxy that buffers the stream sends (nearly) all of them at the end."""
+    sel = rows[c.c_owner]
+    owner, ns, tok = c.c_owner[sel], c.c_ns[sel], c.c_tok[sel]
+    out: Mask = np.zeros(c.n, dtype=bool)
+    if owner.size == 0:
+        return out
+    new = np.ones(owner.size, dtype=bool)  # the first chunk of each (request, instant)
+    new[1:] = (owner[1:] != owner[:-1]) | (ns[1:] != ns[:-1])
+    group = np.cumsum(new) - 1
+    g_tok = np.bincount(group, weights=tok).astype(np.int64)
+    g_owner, g_ns = owner[new], ns[new]
+    total = np.bincount(owner, weights=tok, minlength=c.n).astype(np.int64)
+    (sent, has_sent), (done, has_done) = c.t["t_sent"], c.t["t_done"]
+    big = (total[g_owner] >= BUFFERED_MIN_TOKENS) & (g_tok >= BUFFERED_SHARE * total[g_owner])
+    timed = has_sent[g_owner] & has_done[g_owner]
+    span = (done - sent)[g_owner]
+    late = (g_ns - sent[g_owner]) >= BUFFERED_SHARE * span
+    out[g_owner[big & timed & late & (span > 0)]] = True
+    return out
 
 
 # Statuses of a request loadgen stopped waiting for: its latency is at least its elapsed time.

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, Objects, itl_icl
+from loadgen.analysis.columns import BUFFERED_MIN_TOKENS, Cols, Floats, Latencies, Mask, Objects, buffered_rows, itl_icl
 from loadgen.analysis.stats import PERCENTILES, Dist, describe, json_number
 from loadgen.analysis.tokens import token_fields
 from loadgen.analysis.window import MetricsError, Window, choose_window
@@ -159,9 +159,13 @@ class Summary:
     output_counted_mean: float  # ok requests
     output_short: int  # ok requests that ended before the requested count
     finish_reasons: dict[str, int]
-    token_sources: dict[str, int]
+    token_sources: dict[str, int]  # requests per output_tokens_source: where per-chunk counts came from
+    spread_tokens_per_chunk: float  # mean tokens per chunk where usage was spread evenly over chunks
     token_mismatch: int  # reported usage != sum of chunk tokens
     single_burst: int  # ok, >= 2 tokens, all in one chunk (no real streaming)
+    buffered: int  # ok, >= 4 tokens, most in one read after a long silence (``columns.buffered_rows``)
+    buffered_of: int  # ok requests with >= 4 tokens: what ``buffered`` is out of
+    no_done_marker: int  # ok, ended with a finish_reason but no [DONE] (stream_end "finish")
     errors_by_status: dict[str, int]
     errors_by_http: dict[str, int]
     error_examples: list[str]
@@ -177,6 +181,14 @@ class Summary:
     cached_prompt_fraction: float | None  # that sum / their reported prompt tokens
     ttft_ms_cached: Dist | None  # TTFT of cache hits (>= half the prompt cached), where hits and misses occur
     ttft_ms_uncached: Dist | None  # TTFT of the misses, likewise
+
+    @property
+    def token_source_shares(self) -> dict[str, float]:
+        """Share (0..1) of each per-chunk token source among the requests that streamed output
+        (``none`` left out), largest first."""
+        counted = {k: v for k, v in self.token_sources.items() if k != "none" and v > 0}
+        whole = sum(counted.values())
+        return {k: v / whole for k, v in sorted(counted.items(), key=lambda kv: -kv[1])} if whole else {}
 
     @property
     def per_user_slow(self) -> tuple[float, float]:
@@ -307,6 +319,7 @@ def _token_fields(c: Cols, inwin: Mask, okw: Mask) -> dict[str, Any]:
     orep, has_orep = c.ints["output_tokens_reported"]
     chunk_sum = np.bincount(c.c_owner, weights=c.c_tok, minlength=c.n).astype(np.int64)
     asked = okw & has_oreq
+    spread = inwin & (c.source == "usage") & (c.c_len > 0)
     return dict(
         prompt_compared=int(both.sum()),
         prompt_requested_mean=_mean(req[both]),
@@ -318,8 +331,12 @@ def _token_fields(c: Cols, inwin: Mask, okw: Mask) -> dict[str, Any]:
         output_short=int((asked & (c.out < oreq)).sum()),
         finish_reasons=_counts(c.finish[okw], none="none"),
         token_sources=_counts(c.source[inwin], none="none"),
+        spread_tokens_per_chunk=float(chunk_sum[spread].sum() / c.c_len[spread].sum()) if spread.any() else math.nan,
         token_mismatch=int((inwin & has_orep & (orep != chunk_sum)).sum()),
         single_burst=int((okw & (c.out >= 2) & (c.c_len == 1)).sum()),
+        buffered=int(buffered_rows(c, okw).sum()),
+        buffered_of=int((okw & (chunk_sum >= BUFFERED_MIN_TOKENS)).sum()),
+        no_done_marker=int((okw & (c.stream_end == "finish")).sum()),
     )
 
 

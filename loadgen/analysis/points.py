@@ -353,7 +353,7 @@ def analyze_run(
         p.on_frontier = True
     a.frontier = [next(i for i, q in enumerate(points) if q is p) for p in front]
     a.capacity = _capacity(a, how)
-    a.saturation = _saturation([p for p in trusted if p.rate is not None])
+    a.saturation = _saturation([p for p in trusted if p.rate is not None], a)
     return a
 
 
@@ -417,8 +417,13 @@ def _capacity(a: RunAnalysis, how: _Judging) -> Capacity | None:
     )
 
 
-def _saturation(points: list[PointFigures]) -> str | None:
-    """The first point, by rising rate, where throughput stopped following the load."""
-    obs = [observe(p.summary, p.rate) for p in sorted(points, key=lambda p: p.load) if p.rate is not None]
+def _saturation(points: list[PointFigures], a: RunAnalysis) -> str | None:
+    """The first point, by rising rate, where throughput stopped following the load; each point
+    judged by its own validity (with the run's lag limit), as the sweep judged it while it ran."""
+    obs = [
+        observe(p.summary, p.rate, validity=a.point_validity(p))
+        for p in sorted(points, key=lambda p: p.load)
+        if p.rate is not None
+    ]
     found = first_saturated(obs)
     return found[1] if found else None

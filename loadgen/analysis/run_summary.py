@@ -24,6 +24,7 @@ from loadgen.analysis.validity import (
     Validity,
     cache_caveats,
     client_caveats,
+    first_codes_first,
     interruption,
     run_caveats,
     summary_caveats,
@@ -64,11 +65,12 @@ def single_run_caveats(
     meta: dict[str, Any], summary: Summary, lag_limit_ms: float, table: pa.Table | None = None
 ) -> list[Caveat]:
     """Every caveat of a single run: its state and the simulator, its window's figures, its
-    client, and (given its records) a prefix cache an earlier run warmed."""
-    return (
+    client, and (given its records) a prefix cache an earlier run warmed; those that say how to
+    read TTFT and ITL at all (``validity.FIRST_CODES``) first."""
+    return first_codes_first(
         run_caveats(meta)
         + summary_caveats(summary, lag_p99_limit_ms=lag_limit_ms)
-        + client_caveats(meta.get("client") or {})
+        + client_caveats(meta.get("client") or {}, lag_limit_ms)
         + (cache_caveats(table, meta) if table is not None else [])
     )
 

@@ -94,9 +94,11 @@ def observe(
     and the client).
     """
     s = summary
-    client_codes = {c.code for c in client_caveats(client or {})}
+    client_codes = {c.code for c in client_caveats(client or {}, lag_limit_ms)}
     if validity is None:
-        validity = Validity.of(summary_caveats(s, lag_p99_limit_ms=lag_limit_ms) + client_caveats(client or {}))
+        validity = Validity.of(
+            summary_caveats(s, lag_p99_limit_ms=lag_limit_ms) + client_caveats(client or {}, lag_limit_ms)
+        )
     requested = s.output_requested_mean
     expected = s.offered_rps * requested if requested == requested else math.nan
     lag = s.schedule_lag.pct(99)[0] if s.schedule_lag.n else math.nan

@@ -4,9 +4,15 @@ Every reason to distrust or qualify a figure is a ``Caveat`` (a code and a reada
 message). Some codes make the run or point *suspect*: its figures may be wrong, or too
 imprecise for the verdicts asked; a ``Validity`` carries them. The other caveats qualify
 figures without making them suspect (some requests failed, outputs ended early, ...).
+Two of those say how to read TTFT and ITL at all and come first among the caveats
+(``FIRST_CODES``, ``analysis.stream_shape``): ``buffered_stream`` (most ok requests got most
+of their tokens in one read after a long silence: TTFT ~ E2E, ITL ~ 0) and ``no_done_marker``
+(ok streams that ended with a finish_reason but no ``[DONE]``).
 
 Suspect codes (``SUSPECT_CODES``):
 - ``client_lag``: schedule lag p99 above the limit: the client fell behind its schedule;
+- ``client_loop_lag``: the client's loop-lag probe (run.json client ``loop_lag_p99_ms``) ran
+  later at p99 than the same limit: chunk and first-token stamps may be late by about that much;
 - ``client_cpu``: the client used >= 90% of a core over a point long enough to tell;
 - ``sim_late``: the built-in simulator fell behind its own model;
 - ``few_samples``: fewer samples than a bounded p99 needs (or none);
@@ -30,16 +36,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from loadgen.analysis.client_health import client_notes
 from loadgen.analysis.metrics import Summary
 from loadgen.analysis.prompt_cache import cache_warmth
 from loadgen.analysis.stats import min_samples_bounded
+from loadgen.analysis.stream_shape import buffered_message, no_done_message
 from loadgen.run_folder import point_states, run_state_of
 
 __all__ = [
     "cache_caveats",
     "SUSPECT_CODES",
     "SIZED_CODES",
-    "MIN_CPU_WALL_S",
+    "FIRST_CODES",
+    "first_codes_first",
     "Caveat",
     "Validity",
     "VALID",
@@ -58,6 +67,7 @@ __all__ = [
 
 SUSPECT_CODES = (
     "client_lag",
+    "client_loop_lag",
     "client_cpu",
     "sim_late",
     "few_samples",
@@ -67,8 +77,7 @@ SUSPECT_CODES = (
     "writer_degraded",
 )
 SIZED_CODES = ("few_samples",)  # left to each verdict's own sample-size rule
-MIN_CPU_WALL_S = 1.0  # a point shorter than this is too short for its CPU share to mean anything
-CPU_SATURATED = 0.9
+FIRST_CODES = ("buffered_stream", "no_done_marker")  # how to read TTFT and ITL at all: said first
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,12 @@ class Caveat:
 
     def to_json(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
+
+
+def first_codes_first(caveats: Iterable[Caveat]) -> list[Caveat]:
+    """The caveats with those of ``FIRST_CODES`` moved to the front (otherwise in their order)."""
+    cs = list(caveats)
+    return [c for c in cs if c.code in FIRST_CODES] + [c for c in cs if c.code not in FIRST_CODES]
 
 
 @dataclass(frozen=True)
@@ -147,9 +162,11 @@ def validity_json(caveats: Iterable[Caveat], also: Validity = VALID) -> Validity
 
 def summary_caveats(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_samples: int = 100) -> list[Caveat]:
     """What the figures of one window say about themselves: lag, sample size, token honesty, failures."""
-    s, out = summary, []
+    s = summary
     if s.requests == 0:
         return [Caveat("few_samples", "no requests in the window")]
+    shape = (("buffered_stream", buffered_message(s)), ("no_done_marker", no_done_message(s)))
+    out = [Caveat(code, message) for code, message in shape if message]
     lag99 = s.schedule_lag.pct(99)[0] if s.schedule_lag.n else math.nan
     if lag99 > lag_p99_limit_ms:
         out.append(
@@ -184,7 +201,7 @@ def summary_caveats(summary: Summary, *, lag_p99_limit_ms: float = 10.0, min_sam
                 "(is ignore_eos honoured?); shorter outputs flatter latency",
             )
         )
-    if s.single_burst:
+    if s.single_burst and not any(c.code == "buffered_stream" for c in out):
         out.append(Caveat("single_burst", f"{s.single_burst} responses arrived in one chunk (buffered, not streamed?)"))
     if s.failed:
         detail = ", ".join(f"{k} {v}" for k, v in s.errors_by_status.items() if k != "cancelled")
@@ -215,62 +232,10 @@ def _few_samples(s: Summary, min_samples: int) -> list[Caveat]:
 # --------------------------------------------------------------------------- from run.json
 
 
-def client_caveats(client: Mapping[str, Any]) -> list[Caveat]:
-    """Where loadgen itself may have distorted a point (its run.json "client" block; a run merged
-    from workers gives the busiest worker's CPU share and the sum of their counts)."""
-    out = _cpu(client)
-    if client.get("sends_delayed_by_max_inflight"):
-        out.append(
-            Caveat(
-                "max_inflight",
-                f"{client['sends_delayed_by_max_inflight']} sends waited for --max-inflight: the open loop was capped",
-            )
-        )
-    if client.get("loop_lag_max_ms", 0) > 50:
-        out.append(
-            Caveat("client_loop_stall", f"the client's event loop stalled for up to {client['loop_lag_max_ms']:.0f} ms")
-        )
-    degraded = int(client.get("records_degraded") or 0)
-    if degraded:
-        out.append(
-            Caveat(
-                "writer_degraded",
-                f"{degraded} records could not be written whole and were kept in a degraded form "
-                "(ids, schedule and status only): their timings are missing",
-            )
-        )
-    return out + _slow_path(client)
-
-
-def _cpu(c: Mapping[str, Any]) -> list[Caveat]:
-    """client_cpu, only over a point long enough to tell; the share shown is clamped to 100% of a core."""
-    share, wall = float(c.get("cpu_utilisation") or 0.0), float(c.get("wall_seconds") or 0.0)
-    if not (share >= CPU_SATURATED and wall >= MIN_CPU_WALL_S):
-        return []
-    return [
-        Caveat(
-            "client_cpu",
-            f"client CPU was saturated ({min(share, 1.0):.0%} of a core over {wall:.1f} s): "
-            "timings may include client delay; add --workers or a bigger machine",
-        )
-    ]
-
-
-def _slow_path(client: Mapping[str, Any]) -> list[Caveat]:
-    """Every process without the client's fast path (each read stamped as it arrives), once per reason."""
-    processes = [client, *client.get("workers", [])]
-    whys = dict.fromkeys(
-        p.get("fast_read_why_not") or "no reason given" for p in processes if p.get("fast_read") is False
-    )
-    return [
-        Caveat(
-            "slow_path",
-            f"the client ran without its fast path ({why}): timing fell back to the slower path, "
-            "reads stamped when the request's task got to them and requests prepared at their instant "
-            "(so timings include more client delay)",
-        )
-        for why in whys
-    ]
+def client_caveats(client: Mapping[str, Any], lag_limit_ms: float = 10.0) -> list[Caveat]:
+    """Where loadgen itself may have distorted a point (its run.json "client" block, read by
+    ``analysis.client_health``; ``lag_limit_ms``: the run's, which ``client_loop_lag`` uses too)."""
+    return [Caveat(code, message) for code, message in client_notes(client, lag_limit_ms)]
 
 
 SIM_LATE_SHARE = 0.05  # of the simulator's steps late: above it, its answers were slower than modelled
@@ -390,10 +355,10 @@ def point_caveats(
     window's figures, its client (``entry``: its run.json point entry, or a single run's
     ``{"phase": "run", "client": ...}``). ``more``: caveats found elsewhere, e.g. ``cache_warm``."""
     state, reason = point_state(entry) if entry.get("phase") != "run" else ("complete", None)
-    return (
+    return first_codes_first(
         state_caveats(state, reason, "point")
         + summary_caveats(summary, lag_p99_limit_ms=lag_limit_ms)
-        + client_caveats(entry.get("client") or {})
+        + client_caveats(entry.get("client") or {}, lag_limit_ms)
         + (simulator_caveats(entry) if entry.get("phase") != "run" else [])  # a sweep point's own
         + list(more)
     )

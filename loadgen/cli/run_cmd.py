@@ -26,6 +26,7 @@ from loadgen.client.settings import (
     MAX_REQUESTS,
     MAX_SEED,
     MAX_WORKERS,
+    PER_CHUNK_USAGE,
     RunSettings,
 )
 from loadgen.errors import ConfigError, LoadgenError
@@ -130,6 +131,27 @@ def add_traffic_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_counting_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("token counting")
+    g.add_argument(
+        "--per-chunk-usage",
+        choices=PER_CHUNK_USAGE,
+        default=RUN_DEFAULTS["per_chunk_usage"],
+        help="ask for running usage on every chunk (stream_options.continuous_usage_stats), which gives "
+        "each chunk its exact token count: auto probes the endpoint with one tiny request first (once "
+        "per endpoint), on asks without probing, off never asks (default: %(default)s)",
+    )
+    g.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH|builtin|none",
+        help="without running usage, count each chunk's text with this tokenizer (a Hugging Face "
+        "tokenizer.json or its folder; builtin: loadgen's approximate one); prompts are still built by "
+        "the workload's own (default: the workload spec's tokenizer file, if it names one; else none: "
+        "the final usage is spread evenly over the chunks)",
+    )
+
+
 def add_timing_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("timeouts and limits")
     t = TIMEOUT_DEFAULTS
@@ -145,14 +167,16 @@ def add_timing_options(p: argparse.ArgumentParser) -> None:
         type=POSITIVE_SECONDS,
         default=t.first_byte,
         metavar="S",
-        help="longest wait for the first data of an answer, queueing included (default: %(default)g s)",
+        help="longest wait for the first output token of an answer, queueing included (SSE comments, "
+        "keep-alives, role and tool-call-header chunks do not count) (default: %(default)g s)",
     )
     g.add_argument(
         "--idle-timeout",
         type=POSITIVE_SECONDS,
         default=t.idle,
         metavar="S",
-        help="longest gap between chunks of an answer (default: %(default)g s)",
+        help="longest gap between two reads of an answer once its body began (any bytes count, "
+        "comments included) (default: %(default)g s)",
     )
     g.add_argument(
         "--request-timeout",
@@ -262,6 +286,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     add_traffic_options(p)
     add_set_flag(p)
+    add_counting_options(p)
     add_timing_options(p)
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
     add_output_options(p)
@@ -361,6 +386,25 @@ def resolve_endpoint(args: argparse.Namespace) -> str | None:
     return args.endpoint or os.environ.get("OPENAI_BASE_URL") or None
 
 
+def resolve_tokenizer(args: argparse.Namespace, workload: Workload | None = None) -> str | None:
+    """What ``--tokenizer`` names: a tokenizer file (its absolute path, loaded once here so one that
+    does not load is refused before anything is sent), "builtin", or None ("none"); not given, the
+    workload spec's tokenizer file when it names one."""
+    from loadgen.workload.tokenizer import HFTokenizer
+
+    given = getattr(args, "tokenizer", None)
+    if given is None:
+        tok = getattr(getattr(workload, "text", None), "tokenizer", None)
+        return str(tok.path.resolve()) if isinstance(tok, HFTokenizer) else None
+    name = given.strip()
+    if name.lower() in ("none", "builtin"):
+        return None if name.lower() == "none" else "builtin"
+    try:
+        return str(HFTokenizer(name).path.resolve())
+    except LoadgenError as e:
+        raise ConfigError(f"--tokenizer: {e}") from None
+
+
 def timeouts(args: argparse.Namespace) -> Timeouts:
     return Timeouts(args.connect_timeout, args.first_byte_timeout, args.idle_timeout, args.request_timeout)
 
@@ -397,7 +441,7 @@ def settings_from_args(args: argparse.Namespace, workload: Workload | None = Non
         else:
             duration = DEFAULT_DURATION_S
     return RunSettings(
-        **shared_settings(args),
+        **shared_settings(args, workload),
         arrival=arrival,
         duration_s=duration,
         requests=requests,
@@ -426,7 +470,7 @@ def trace_settings(args: argparse.Namespace, workload: Workload, trace: npt.NDAr
     check_trace_limits(cut, warmup_s=args.warmup, cooldown_s=args.cooldown)
     speed = workload.describe().get("speed")
     return RunSettings(
-        **shared_settings(args),
+        **shared_settings(args, workload),
         arrival=Arrival("trace", rate=cut.mean_rate, speed=float(speed) if speed is not None else None),
         duration_s=args.duration,
         requests=cut.replayed,
@@ -488,8 +532,9 @@ def arrival_label(arrival: Arrival, unit: str) -> str:
     return text.replace(" req/s", f" {unit}") if unit != "req/s" and arrival.kind != "trace" else text
 
 
-def shared_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The RunSettings fields that ``run`` and ``sweep`` take from the same flags."""
+def shared_settings(args: argparse.Namespace, workload: Workload | None = None) -> dict[str, Any]:
+    """The RunSettings fields that ``run`` and ``sweep`` take from the same flags (and the
+    workload, whose spec may name the tokenizer)."""
     return {
         "endpoint": resolve_endpoint(args),
         "model": args.model,
@@ -505,6 +550,8 @@ def shared_settings(args: argparse.Namespace) -> dict[str, Any]:
         "extra_body": resolve_extra(args),
         "workers": args.workers,
         "server_metrics": args.server_metrics,
+        "per_chunk_usage": args.per_chunk_usage,
+        "tokenizer": resolve_tokenizer(args, workload),
     }
 
 

@@ -22,6 +22,23 @@ if TYPE_CHECKING:
 
 _HOUR_MS = 3.6e6
 _COUNT = bounded_int(1, 100_000_000)  # sequences, tokens: far beyond any engine, near enough to catch a typo
+_CHUNK_MAX = 4096  # tokens in one chunk: far beyond any stream interval or draft length
+_SHAPES = ("vllm", "sglang", "llamacpp")  # loadgen.sim.tool_calls.TOOL_SHAPES (not imported: --help stays fast)
+
+
+def _chunk_range(text: str) -> str:
+    """An argparse ``type``: ``N`` or ``LO-HI`` tokens per chunk (1 <= LO <= HI), as its normal form."""
+    lo_text, _, hi_text = text.partition("-")
+    try:
+        lo, hi = int(lo_text), int(hi_text or lo_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give N or LO-HI tokens, e.g. 1 or 2-4") from None
+    if not 1 <= lo <= hi <= _CHUNK_MAX:
+        raise argparse.ArgumentTypeError(f"{text}: give 1 <= LO <= HI <= {_CHUNK_MAX} tokens")
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+_chunk_range.__name__ = "tokens"
 
 # (flag without prefix, dest suffix, type, default, help); every help states its default and unit
 # (tests/test_help_defaults.py), and "--" in it names the same command's flag (--sim- under run)
@@ -91,7 +108,29 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], Any], object, str], ...] = (
         "inject faults, e.g. http500=0.05,http429=0.02:1.5,disconnect=0.05,"
         "stall=0.02:2,malformed=0.01,usage_under=0.5,buffered,ignore_max_tokens (default: none)",
     ),
-    ("tokens-per-chunk", "tokens_per_chunk", _COUNT, 1, "tokens per streamed chunk (default: %(default)s token)"),
+    (
+        "tokens-per-chunk",
+        "tokens_per_chunk",
+        _chunk_range,
+        "1",
+        "tokens per streamed chunk: N, or LO-HI for a size drawn per chunk as speculative decoding "
+        "produces (default: %(default)s token)",
+    ),
+    (
+        "tool-calls",
+        "tool_calls",
+        finite_float(0, 1),
+        0.0,
+        "share of chat answers that are a tool call (their words are its arguments), chosen per "
+        "request (default: %(default)s of the answers)",
+    ),
+    (
+        "tool-call-shape",
+        "tool_call_shape",
+        str,
+        "vllm",
+        "whose stream a tool call has the shape of: vllm | sglang | llamacpp (default: %(default)s)",
+    ),
     (
         "max-model-len",
         "max_model_len",
@@ -122,7 +161,7 @@ def add_sim_options(p: argparse.ArgumentParser, prefix: str = "sim-") -> None:
     title = "simulated engine" + (" (used when no --endpoint is given)" if prefix else "")
     g = p.add_argument_group(title)
     for flag, dest, kind, default, text in _OPTIONS:
-        choices = ("on", "off") if dest == "prefix_cache" else None
+        choices = {"prefix_cache": ("on", "off"), "tool_call_shape": _SHAPES}.get(dest)
         shown = text.replace("--", f"--{prefix}")  # the other fixed-latency flag, as this command spells it
         g.add_argument(
             f"--{prefix}{flag}",
@@ -200,12 +239,16 @@ def sim_config(args: argparse.Namespace) -> tuple[TimingModel, SimConfig]:
     truth = args.sim_truth
     if truth is not None and (Path(truth).is_dir() or not Path(truth).parent.is_dir()):
         raise ConfigError(f"--{args.sim_prefix}truth {truth}: needs a file path in an existing folder")
+    lo, _, hi = str(args.sim_tokens_per_chunk).partition("-")
     cfg = SimConfig(
         model_name=args.sim_served_model_name or name,
         max_model_len=max_len,
-        tokens_per_chunk=args.sim_tokens_per_chunk,
+        tokens_per_chunk=int(lo),
+        tokens_per_chunk_max=int(hi or lo),
         faults=faults,
         truth_path=truth,
+        tool_calls=args.sim_tool_calls,
+        tool_call_shape=args.sim_tool_call_shape,
     )
     return model, cfg
 

@@ -24,6 +24,7 @@ from loadgen.cli.run_cmd import (
     EXIT_CODES,
     POSITIVE_SECONDS,
     SECONDS,
+    add_counting_options,
     add_output_options,
     add_target_options,
     add_timing_options,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from loadgen.analysis.metrics import SLO
     from loadgen.schedule import Arrival
     from loadgen.sweep.run import SweepSettings
+    from loadgen.workload.base import Workload
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -177,6 +179,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     add_traffic_options(p)
     add_set_flag(p)
+    add_counting_options(p)
     add_timing_options(p)
     p.set_defaults(drain=15.0)  # a sweep moves on: answers still running 15 s after a point are cancelled
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
@@ -251,7 +254,8 @@ def _at_most(values: list[float], limit: float, flag: str) -> None:
         raise ConfigError(f"{flag}: {shown} is above the limit of {limit:,.0f}")
 
 
-def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+def settings_from_args(args: argparse.Namespace, workload: Workload | None = None) -> SweepSettings:
+    """The sweep's settings from its flags (and its workload, whose spec may name the tokenizer)."""
     from loadgen.client.settings import RunSettings
     from loadgen.schedule import parse_arrival
     from loadgen.sweep.plan import SweepPlan
@@ -279,7 +283,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         cv=kind.cv,
         sizing=sizing,
     )
-    base = RunSettings(**shared_settings(args), duration_s=point_s + args.warmup)
+    base = RunSettings(**shared_settings(args, workload), duration_s=point_s + args.warmup)
     prices, example = prices_from_args(args)
     gpus, gpus_default = args.gpus, False
     if gpus is None and base.endpoint is None:  # the built-in simulator: its own tensor-parallel degree
@@ -308,11 +312,11 @@ def main(args: argparse.Namespace) -> int:
 
     # everything is checked before anything is started or sent (and before the reports' imports)
     preflight(args)
-    settings = settings_from_args(args)
+    workload = resolve_workload(args)  # a bad workload spec (each point builds its own, salted)
+    settings = settings_from_args(args, workload)
     if args.slo is not None and args.slo.strip().lower() == "none":
         args.slo = None  # no SLO: nothing for --gate to judge by (it says so)
     gate_profile(args)  # --gate's profile, tolerance and baseline
-    resolve_workload(args)  # a bad workload spec (each point builds its own, salted)
     api_key = api_key_from_env(args.api_key_env)
     out = Path(args.out) if args.out else Path("runs") / new_run_id()
 

@@ -309,11 +309,9 @@ def request_class(calls: dict[int, Call], clock: Clock, holds: Holds) -> type[ai
         async def write_bytes(self, writer: Any, conn: Any, *args: Any, **kwargs: Any) -> None:
             call, proto = call_of(self), conn.protocol
             if call is None or proto is None or proto.transport is None or call.ex.at <= clock():
-                if call is not None:
-                    call.ex.t_sent = clock()  # (a cut-off during the write must not read as "never sent")
-                await super().write_bytes(writer, conn, *args, **kwargs)
-                if call is not None:
+                if call is not None:  # before the write (aiohttp writes head and body from in here)
                     call.ex.t_sent = clock()
+                await super().write_bytes(writer, conn, *args, **kwargs)
                 return
             held = HeldWrite(proto.transport)
             proto.transport = held

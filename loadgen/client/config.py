@@ -58,9 +58,16 @@ def _integer(flag: str, value: object, lo: int, hi: int) -> None:
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Per-request limits, in seconds. ``first_byte`` runs until the first data
-    after the request is sent (that is TTFT, queueing included); ``idle`` is the
-    longest gap allowed between reads after that; ``total`` bounds the whole request."""
+    """Per-request limits, in seconds, each enforced by a timer of the request's own, to within
+    a millisecond or two (the loop's timer resolution) of its time; ``first_byte`` and ``total``
+    count from the request's intended instant.
+
+    ``first_byte`` runs until the first output-carrying event (the first token: TTFT, queueing
+    included); SSE comments, keep-alives, role-only deltas and tool-call headers do not end it,
+    so a server that sends keep-alives and nothing else is cut off at it. ``idle`` is the longest
+    gap allowed between two reads once the body's first read came (any bytes count, comments
+    included: a server that keeps a slow answer alive with comments is not idle). ``total``
+    bounds the whole request. ``connect`` bounds opening a connection."""
 
     connect: float = 10.0
     first_byte: float = 600.0
@@ -93,7 +100,7 @@ class EngineConfig:
     keep_text: bool = False
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     read_bufsize: int = 4 * 1024 * 1024
-    flush_interval_s: float = 0.2  # how often records are flushed and timeouts enforced
+    flush_interval_s: float = 0.2  # how often records are flushed (timeouts have timers of their own)
     extra_body: dict[str, Any] = field(default_factory=dict)
     # Per-chunk token counts (issue 15): ask for running usage on every chunk (vLLM's
     # ``stream_options.continuous_usage_stats``), else count each chunk's text with ``tokenizer``

@@ -11,8 +11,9 @@ answered, not on what was sent.
 Two fingerprints, because two runs of the same workload differ in two ways that say nothing
 about the traffic the client chose:
 
-- ``traffic_fingerprint``: the request bodies exactly as sent. Equal only for a replay with
-  the same salt (and, for sessions of several turns, the same answers).
+- ``traffic_fingerprint``: the request bodies exactly as sent (``stream_options`` aside, see
+  below). Equal only for a replay with the same salt (and, for sessions of several turns, the
+  same answers).
 - ``traffic_fingerprint_unsalted``: the traffic the client chose. A session's first
   request counts as its body with the run's salt and the model name cut out (the salt is a known string at the
   start of the session's context, found once, JSON-escaped as the body has it); a later
@@ -20,6 +21,11 @@ about the traffic the client chose:
   keyed by the session's first request), not the server's earlier answers that its body
   repeats. Two runs with different salts, or against servers that answered differently,
   that sent the same workload at the same settings have equal ones.
+
+Both leave a body's ``stream_options`` out (``without_stream_options``): it asks how the answer's
+token counts are reported (``include_usage``, ``continuous_usage_stats`` where the endpoint offers
+per-chunk usage), not what is generated, so a run that asked for per-chunk usage and one that did
+not sent the same traffic, and compare says so.
 
 A request's exact digest is a function of exactly its body, without hashing every body
 whole: a first request's is that of its salt-free body, its salt and where the salt was
@@ -37,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from hashlib import sha256
 from typing import Any
 
-__all__ = ["Traffic", "digest", "first_request", "later_request", "merge_traffic", "KEYS"]
+__all__ = ["Traffic", "digest", "first_request", "later_request", "merge_traffic", "without_stream_options", "KEYS"]
 
 _MASK = (1 << 64) - 1
 KEYS = ("traffic_fingerprint", "traffic_fingerprint_unsalted", "traffic_requests")
@@ -50,11 +56,62 @@ def digest(data: bytes) -> int:
     return int.from_bytes(sha256(data).digest()[:8], "little")
 
 
+def without_stream_options(body: bytes) -> bytes:
+    """``body`` (compact JSON, as ``build_body`` writes it) without its ``"stream_options"`` member.
+
+    The first ``"stream_options":`` in the bytes is the top-level key: those bytes cannot occur
+    inside a JSON string (its quotes would be escaped), and ``build_body`` puts the member third,
+    after ``model`` and ``stream``, so no earlier value can hold such a key."""
+    at = body.find(_STREAM_OPTIONS)
+    if at < 0:
+        return body
+    end = _value_end(body, at + len(_STREAM_OPTIONS))
+    if body[end : end + 1] == b",":
+        end += 1  # the comma after it goes with it...
+    elif body[at - 1 : at] == b",":
+        at -= 1  # ...or, for the last member, the one before
+    return body[:at] + body[end:]
+
+
+_STREAM_OPTIONS = b'"stream_options":'
+
+
+def _value_end(body: bytes, i: int) -> int:
+    """Where the JSON value that starts at ``body[i]`` ends (one past it): an object or array up
+    to its closing bracket (strings inside skipped, escapes honoured), else up to the next
+    ``,``, ``}`` or ``]``. A value a few dozen bytes long: a loop over it costs nothing."""
+    depth, in_string, escaped = 0, False, False
+    for j in range(i, len(body)):
+        c = body[j]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:  # quote
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in (0x7B, 0x5B):  # { [
+            depth += 1
+        elif c in (0x7D, 0x5D):  # } ]
+            if depth == 0:
+                return j  # the end of the enclosing object: a scalar value ended here
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        elif c == 0x2C and depth == 0:  # ,
+            return j
+    return len(body)
+
+
 def first_request(body: bytes, salt: bytes, model: bytes = b"") -> tuple[int, int]:
     """(exact, salt-free) digests of a session's first request; ``salt`` is the salt's
     JSON-escaped bytes, cut out where it first occurs. ``model`` (its JSON string, quotes
     included) is left out of the salt-free digest too: two vendors serve one model under
-    their own names, and the name is not traffic the client chose."""
+    their own names, and the name is not traffic the client chose. Neither digest sees the
+    body's ``stream_options`` (``without_stream_options``)."""
+    body = without_stream_options(body)
     at = body.find(salt) if salt else -1
     chosen = body if at < 0 else body[:at] + body[at + len(salt) :]
     if model:

@@ -82,5 +82,5 @@ class HoldQueue:
 
     def _send(self, ex: Exchange, held: Held) -> None:
         if not held.sent:
+            ex.t_sent = self._clock()  # before the write: a server never sees the bytes before this instant
             held.send()
-            ex.t_sent = self._clock()

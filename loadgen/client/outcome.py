@@ -82,7 +82,11 @@ def not_sent(rec: Record, why: str) -> Record:
 
 
 def judge(rec: Record, ex: Exchange, tally: StreamTally, t_end: int, say: Say) -> None:
-    """The status of an exchange whose answer came back (the transport returned)."""
+    """The status of an exchange whose answer came back (the transport returned); ``t_end`` is
+    when its body's last read arrived. How a 200 stream ended is kept (``stream_end``,
+    records.STREAM_ENDS): ``done`` and ``finish`` (a finish_reason, then the body closed without
+    ``[DONE]``: the answer is whole, its framing not) are ``ok``; ``eof`` (neither) is
+    ``disconnected``."""
     if ex.status != 200:
         rec.status = "http_error"
         body = ex.error.decode("utf-8", "replace")
@@ -90,10 +94,11 @@ def judge(rec: Record, ex: Exchange, tally: StreamTally, t_end: int, say: Say) -
         rec.error = say(f"HTTP {ex.status}: {say(body, MAX_TEXT_CHARS - 12 - len(after))}{after}")
         return
     tally.close(t_end)
+    rec.stream_end = tally.end
     if tally.events == 0:
         rec.status = "bad_stream"
         rec.error = f"HTTP 200 but no SSE events (Content-Type {say(ex.content_type, 80)!r})"
-    elif not tally.done and tally.finish_reason is None:
+    elif tally.end == "eof":
         rec.status = "disconnected"
         rec.error = "stream ended without [DONE] or a finish_reason"
 

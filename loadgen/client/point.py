@@ -103,7 +103,12 @@ async def run_engine(
         "wall_seconds": wall,
         **cpu_utilisation(cpu - spun, wall),
         "cpu_seconds_waiting_for_send_instants": spun,
-        "loop_lag_max_ms": engine.live.loop_lag_max_ms,
+        # the client's self-check (client.loop_probe): how late its loop ran what was due (p99,
+        # max) and the estimate of how late it stamped a read (p99)
+        "loop_lag_p99_ms": engine.probe.lag_p99_ms,
+        "loop_lag_max_ms": engine.probe.lag_max_ms,
+        "loop_lag_samples": engine.probe.lag.n,  # fewer than ~100: its "p99" is the worst tick, not judged
+        "read_lateness_p99_ms": engine.probe.read_p99_ms,
         "sends_delayed_by_max_inflight": engine.live.capped,
         "interrupted": stopper.stopped,
         "stop_reason": stopper.reason,
@@ -116,6 +121,8 @@ async def run_engine(
         "records_unwritten": writer.unwritten,
         "record_write_failures": writer.write_failures,
         **engine.live.health(),
+        # what was sent, as fingerprints (client.fingerprint): compare's identical-traffic check
+        **engine.traffic.health(),
         "shard": shard,
         # reads stamped in aiohttp's protocol and requests held to their instants; when false, why not
         "fast_read": engine.fast_path.ok,

@@ -36,6 +36,7 @@ from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
 from loadgen.client.point import run_engine
 from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
+from loadgen.client.usage_probe import PerChunkUsage, detect, resolved
 from loadgen.records import compact, make_folder, read_records, tool_info, write_json
 from loadgen.redaction import REDACTED, Secrets
 from loadgen.run_folder import mark_finished, mark_running
@@ -258,12 +259,15 @@ def execute(
     with catching_signals(stopper):
         with target(settings.endpoint, sim_flags or []) as (url, is_sim):
             model = settings.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
-            meta = start_state(_meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets, salt))
+            usage = detect(settings, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
+            meta = start_state(
+                _meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets, salt, usage)
+            )
             write_json(out / "run.json", meta)
             try:
                 with scraping_server_metrics(settings, url, out, meta):
                     client = run_point(
-                        settings,
+                        resolved(settings, usage),
                         workload,
                         url,
                         model,
@@ -310,6 +314,7 @@ def _meta(
     sim_flags: list[str],
     secrets: Secrets,
     salt: Salt | None = None,
+    usage: PerChunkUsage | None = None,
 ) -> dict[str, Any]:
     return {
         **(salt or salt_of(workload.describe())).json(),
@@ -320,6 +325,8 @@ def _meta(
         "simulator": {"flags": sim_flags} if is_sim else None,
         "model": model,
         "settings": settings_json(settings),
+        # whether every request asked for running usage per chunk, and how that was decided
+        "per_chunk_usage": usage.json() if usage is not None else None,
         "workload": workload.describe(),
         "host": host_info(),
         "started_wall_ns": time.time_ns(),

@@ -7,6 +7,11 @@ end of the drain leaves unsent. A stop cuts every session that has nothing on th
 waits for its instant, a think time, or a ``--max-inflight`` slot); the end of the drain cuts
 every one (what is on the wire is then ``cancelled``). Whatever way a session's task ends
 (even cancelled before it ran, or by a bug), every turn of it gets exactly one record.
+
+Each request's timeouts (config.Timeouts) are watched by one timer of its own (``_Inflight``),
+armed at the earliest limit that could pass and, when it fires with none passed, re-armed at
+the next: one timer per request, fired rarely (reads do not touch it), so a deadline is met
+to within the loop's timer resolution (~1 ms) at any rate.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
 from loadgen.records import Record, RecordWriter
 from loadgen.workload.session import Conversation, Session, Turn, build_body
+from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["Ahead", "Host", "SessionRuns"]
 
@@ -38,6 +44,7 @@ class Host(Protocol):
     live: LiveCounters
     say: Say
     traffic: Traffic
+    tokenizer: Tokenizer | None
 
     @property
     def stopped(self) -> bool:
@@ -58,16 +65,53 @@ class Ahead(NamedTuple):
 
 
 class _Inflight:
-    """A request being sent or answered: what the timeouts watch."""
+    """A request being sent or answered, and the timer that watches its limits from ``start``.
 
-    __slots__ = ("task", "tally", "deadline_first", "deadline_total", "why")
+    The timer is armed at the earliest limit that could pass; when it fires, it cuts the request
+    off (``why``, then its task cancelled) or is re-armed at the next. First-byte: until the
+    first output-carrying event (``tally.t_output``); idle: from the body's last read of any
+    bytes (``tally.t_read``); total. A read never touches the timer: it costs nothing per read.
+    """
 
-    def __init__(self, task: asyncio.Task[Any] | None, tally: StreamTally, now: int, t: Timeouts) -> None:
+    __slots__ = ("task", "tally", "deadline_first", "deadline_total", "idle_ns", "why", "_clock", "_loop", "_timer")
+
+    def __init__(
+        self, task: asyncio.Task[Any] | None, tally: StreamTally, start: int, t: Timeouts, clock: Clock
+    ) -> None:
         self.task = task
-        self.tally = tally  # its ``t_read``: when the body's last read came (0: none yet)
-        self.deadline_first = now + int(t.first_byte * 1e9)
-        self.deadline_total = now + int(t.total * 1e9)
+        self.tally = tally
+        self.deadline_first = start + int(t.first_byte * 1e9)
+        self.deadline_total = start + int(t.total * 1e9)
+        self.idle_ns = int(t.idle * 1e9)
         self.why: str | None = None  # why the engine cut it off (a timeout), if it did
+        self._clock = clock
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        # no read can come before the start: the idle limit cannot pass before start + idle
+        self._arm(min(self.deadline_first, self.deadline_total, start + self.idle_ns))
+
+    def _arm(self, at: int) -> None:
+        self._timer = self._loop.call_later(max(at - self._clock(), 0) / 1e9, self._check)
+
+    def _check(self) -> None:
+        now, tally = self._clock(), self.tally
+        first, read = tally.t_output is None, tally.t_read
+        if now >= self.deadline_total:
+            self.why = "total timeout"
+        elif first and now >= self.deadline_first:
+            self.why = "no output before the first-byte timeout"
+        elif read and now >= read + self.idle_ns:
+            self.why = "idle timeout between reads"
+        if self.why is None:  # nothing passed (or the timer fired a hair early): the next limit
+            nxt = min(self.deadline_total, (read or now) + self.idle_ns)
+            self._arm(min(nxt, self.deadline_first) if first else nxt)
+        elif self.task is not None:
+            self.task.cancel()
+
+    def end(self) -> None:
+        """The request ended: its timer goes."""
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 class _Run:
@@ -109,7 +153,6 @@ class SessionRuns:
         self.idle.set()
         self._top: set[asyncio.Future[Any]] = set()
         self._runs: dict[asyncio.Task[Any], _Run] = {}
-        self._inflight: dict[int, _Inflight] = {}
         self._slots = asyncio.Semaphore(1)
         self._seq = 0
 
@@ -236,8 +279,16 @@ class SessionRuns:
         seq = self._next_seq()
         rec = new_record(cfg, seq, session.session, turn_no, turn, t_sched)
         extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
-        body = build_body(cfg.api, cfg.model, conv, turn.max_tokens, ignore_eos=cfg.ignore_eos, extra=extra)
-        tally = StreamTally(cfg.api, keep_text=keep_text)
+        body = build_body(
+            cfg.api,
+            cfg.model,
+            conv,
+            turn.max_tokens,
+            ignore_eos=cfg.ignore_eos,
+            extra=extra,
+            continuous_usage=cfg.continuous_usage,
+        )
+        tally = StreamTally(cfg.api, keep_text=keep_text, tokenizer=engine.tokenizer)
         ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
@@ -249,14 +300,13 @@ class SessionRuns:
                 if engine.stopped:  # a slot freed after the stop: nothing more goes out
                     return self._unsent(rec, f"not sent: {engine.stop_cause}"), ""
                 # its timeouts run from its instant (a request prepared early is not waiting yet)
-                me = _Inflight(asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts)
-                self._inflight[seq] = me
+                me = _Inflight(asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock)
                 live.inflight += 1
                 self.last_instant = max(self.last_instant, t_sched)
                 try:
                     await self._exchange(rec, tally, ex)
                 finally:
-                    del self._inflight[seq]
+                    me.end()
                     live.inflight -= 1
                     if ex.t_sent is not None:  # after the exchange: hashing never delays a write
                         self._fingerprint(run, turn_no, turn, conv, body)
@@ -285,7 +335,10 @@ class SessionRuns:
         try:
             # the hot path is inside: each read stamped on arrival and fed to the tally
             await engine.transport.exchange(ex, tally.feed)
-            judge(rec, ex, tally, engine.clock(), engine.say)
+            # it ended with its last byte (the last read), not after the HTTP client's cleanup
+            t_end = tally.t_read if ex.status == 200 and tally.t_read else engine.clock()
+            judge(rec, ex, tally, t_end, engine.say)
+            rec.t_done = t_end
         except Exception as e:  # any: a failure is data, and a bug must not lose the record
             judge_error(rec, e, engine.say)
         finally:  # what the wire saw, however it ended
@@ -306,7 +359,8 @@ class SessionRuns:
     def _finish(self, rec: Record, tally: StreamTally) -> None:
         engine = self.engine
         try:
-            fill(rec, tally, engine.clock(), engine.cfg.keep_text, engine.say)
+            # an answer that came back ended at its last read (``_exchange``); a failure, now
+            fill(rec, tally, rec.t_done or engine.clock(), engine.cfg.keep_text, engine.say)
         except Exception as e:  # a bug in the tally: the record is still written
             rec.status = "client_error"
             rec.error = engine.say(f"internal error recording the answer ({type(e).__name__}: {e})")
@@ -336,19 +390,3 @@ class SessionRuns:
         except Exception as e:  # the writer must never take the run down; counted, shown
             live.writer_errors += 1
             live.last_error = self.engine.say(f"writer.add: {type(e).__name__}: {e}")
-
-    # -- timeouts -------------------------------------------------------------------
-    def enforce_timeouts(self, now: int) -> None:
-        """Cut off every request past one of its limits (the engine's housekeeping calls this)."""
-        idle_ns = int(self.engine.cfg.timeouts.idle * 1e9)
-        for me in list(self._inflight.values()):
-            if me.why or me.task is None:
-                continue
-            if now > me.deadline_total:
-                me.why = "total timeout"
-            elif not me.tally.t_read and now > me.deadline_first:
-                me.why = "no data before the first-byte timeout"
-            elif me.tally.t_read and now - me.tally.t_read > idle_ns:
-                me.why = "idle timeout between chunks"
-            if me.why:
-                me.task.cancel()

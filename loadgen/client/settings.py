@@ -43,6 +43,7 @@ __all__ = [
     "MAX_DURATION_S",
     "MAX_WORKERS",
     "MAX_SEED",
+    "PER_CHUNK_USAGE",
 ]
 
 DEFAULT_DURATION_S = 10.0  # a run given neither a duration nor a request count sends for this long...
@@ -57,6 +58,7 @@ MAX_REQUESTS = 10_000_000  # per run: --requests, or rate x duration when no cou
 MAX_DURATION_S = 30 * 86_400.0  # 30 days
 MAX_WORKERS = 256
 MAX_SEED = 2**64 - 1
+PER_CHUNK_USAGE = ("auto", "on", "off")  # --per-chunk-usage
 
 
 def _default_arrival() -> Arrival:
@@ -88,6 +90,12 @@ class RunSettings:
     point: int = 0
     workers: int = 1  # client processes, each sending a shard of the schedule
     server_metrics: str | None = None  # None/"auto": the endpoint's /metrics when it answers; "off"; a URL
+    # Per-chunk token counts (client.usage_probe): "auto" asks for running usage on every chunk
+    # where a probe finds the endpoint offers it, "on" asks without probing, "off" never asks. The
+    # runner resolves "auto" to "on" or "off" before an engine is configured; run.json's
+    # settings keep what was given, its ``per_chunk_usage`` what was decided and how.
+    per_chunk_usage: str = "auto"
+    tokenizer: str | None = None  # counts each chunk's text without running usage: a tokenizer.json or "builtin"
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -105,6 +113,10 @@ class RunSettings:
             check_url("--server-metrics", str(self.server_metrics), "auto, off or a URL like http://host:8000/metrics")
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"--extra-body {self.extra_body!r}: must be a JSON object")
+        if self.per_chunk_usage not in PER_CHUNK_USAGE:
+            raise ConfigError(f"--per-chunk-usage {self.per_chunk_usage!r}: use auto, on or off")
+        if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer.strip()):
+            raise ConfigError(f"--tokenizer {self.tokenizer!r}: give a tokenizer.json path or builtin, or leave it out")
 
     def _check_load(self) -> None:
         a = self.arrival
@@ -189,6 +201,8 @@ def engine_config(
         keep_text=settings.keep_text,
         max_inflight=settings.max_inflight,
         extra_body=settings.extra_body,
+        continuous_usage=settings.per_chunk_usage == "on",  # "auto" unresolved: not asked
+        tokenizer=settings.tokenizer,
     )
 
 

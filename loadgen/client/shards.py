@@ -180,6 +180,10 @@ _SUMMED = (
 )
 
 
+# The client self-check figures of each worker (loop_probe.py): the run takes the worst.
+_WORST = ("loop_lag_p99_ms", "loop_lag_max_ms", "read_lateness_p99_ms")
+
+
 def _collect(pipes: list[Connection], on_live: Callable[[int, LiveCounters], None] | None) -> list[dict[str, Any]]:
     """Each worker's client health (its last message), passing on the counters it sends before."""
     clients: dict[int, dict[str, Any]] = {}
@@ -213,7 +217,9 @@ def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
         "wall_seconds": wall,
         # the busiest worker decides whether the client distorted the timing
         **({"cpu_utilisation": max(judged)} if judged else {"cpu_utilisation_why_not": why_not or "no worker ran"}),
-        "loop_lag_max_ms": max((c["loop_lag_max_ms"] for c in ok), default=0.0),
+        # the worst worker's self-check: its late stamps are in the run's records
+        **{key: max((c.get(key, 0.0) for c in ok), default=0.0) for key in _WORST},
+        "loop_lag_samples": min((c.get("loop_lag_samples", 0) for c in ok), default=0),
         "sends_delayed_by_max_inflight": sum(c["sends_delayed_by_max_inflight"] for c in ok),
         "interrupted": any(c.get("interrupted") for c in ok),
         "stop_reason": reasons[0] if reasons else None,

@@ -86,7 +86,7 @@ class Exchange:
         self.body = body
         self.headers = headers
         self.at = at
-        self.t_sent: int | None = None  # the request's bytes handed to the socket
+        self.t_sent: int | None = None  # just before the request's bytes were handed to the socket
         self.t_headers: int | None = None  # the answer's headers arrived
         self.status: int | None = None  # its HTTP status
         self.content_type = ""
@@ -117,7 +117,7 @@ class Holds(Protocol):
         ...
 
     async def hold(self, ex: Exchange, held: Held) -> None:
-        """Keep ``held`` until ``ex.at``, send it then (stamping ``ex.t_sent``), or drop it if cancelled."""
+        """Keep ``held`` until ``ex.at``, send it then (stamping ``ex.t_sent`` just before), or drop it if cancelled."""
         ...
 
 
@@ -133,8 +133,8 @@ class Transport(Protocol):
         """Send ``ex`` and, for a 200 answer, pass every read of its body to ``on_read``
         (``(bytes, arrival time)``; it runs inside the loop's I/O callback where it can, so it must
         be quick and must not await) until the body ends. A request prepared before ``ex.at`` is
-        written into a ``Held`` and given to ``holds.hold``; otherwise ``ex.t_sent`` is stamped as
-        the bytes go out. An answer that is not 200 leaves its first bytes in ``ex.error``.
-        Raises ``WireError`` for a failure on the wire; what ``on_read`` raises ends the body
-        and is raised here."""
+        written into a ``Held`` and given to ``holds.hold``; otherwise ``ex.t_sent`` is stamped just
+        before the bytes go out (never after: a server must not see them before it). An answer
+        that is not 200 leaves its first bytes in ``ex.error``. Raises ``WireError`` for a
+        failure on the wire; what ``on_read`` raises ends the body and is raised here."""
         ...

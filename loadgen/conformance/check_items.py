@@ -13,6 +13,9 @@ unknown model accepted, as llama.cpp and single-model servers do; error shapes; 
 role chunk; stop strings; a non-streamed answer's shape; serving streams one at a
 time). A verdict says ``fail`` when the endpoint does not conform; ``item_case`` turns
 that into ``warn`` for a warn-level item; ``--strict`` makes a warn fail the check.
+A fail-level item may itself say ``warn`` for a lesser fault: a stream that ended with a
+finish_reason but no ``[DONE]`` warns in the framing items (``loadgen run`` counts it ok,
+``stream_end`` "finish"); one with neither fails (``run``: disconnected).
 """
 
 from __future__ import annotations
@@ -114,18 +117,28 @@ def framing(s: Stream) -> tuple[str, str]:
     if shapeless:
         example = s.wire.text(orjson.dumps(shapeless[0]).decode(), 80)
         return "fail", f"{len(shapeless)} chunk(s) without a choices list, e.g. {example}"
-    if not s.done:
-        return "fail", f"ended without data: [DONE] after {len(s.objects)} chunks"
+    if not s.done and s.finish_reason is None:
+        return "fail", (
+            f"ended without data: [DONE] or a finish_reason after {len(s.objects)} chunks "
+            "(cut: loadgen run records it disconnected)"
+        )
     if s.after_done:
         return "fail", f"{s.after_done} event(s) after [DONE]"
     if not s.token_ns:
         return "fail", "no chunk carried output"
     if not s.chunk_ns:
-        return "pass", (
+        seen = (
             f"{len(s.objects)} JSON chunks ({len(s.gen_ns)} generated, none with visible text; "
-            f"usage says {s.completion_tokens} tokens), then [DONE]"
+            f"usage says {s.completion_tokens} tokens)"
         )
-    return "pass", f"{len(s.objects)} JSON chunks ({len(s.chunk_ns)} with output), then [DONE]"
+    else:
+        seen = f"{len(s.objects)} JSON chunks ({len(s.chunk_ns)} with output)"
+    if not s.done:  # the answer is whole, its framing not: the same rule as ``loadgen run``'s
+        return "warn", (
+            f"{seen}, finish_reason {s.finish_reason!r}, but the body ended without data: [DONE] "
+            "(loadgen run counts it ok, stream_end 'finish')"
+        )
+    return "pass", f"{seen}, then [DONE]"
 
 
 def role_first(s: Stream) -> tuple[str, str]:

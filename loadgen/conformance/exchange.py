@@ -86,9 +86,10 @@ class Stream:
 
     ``chunk_ns``: when each chunk carrying visible output was read (the engine's rule);
     ``gen_ns``: when each chunk that generated was read, visible or not: a choice with
-    content (even ``""``), reasoning, tool calls or text, other than the role chunk
-    and a finish-only chunk. A server can stream tokens whose text is empty (vLLM with
-    random weights does), which usage counts: ``token_ns`` judges timing by them then.
+    content (even ``""``), reasoning, tool-call argument fragments or text, other than the
+    role chunk, a finish-only chunk and a tool call's header (its id and name alone). A
+    server can stream tokens whose text is empty (vLLM with random weights does), which
+    usage counts: ``token_ns`` judges timing by them then.
     """
 
     wire: Wire
@@ -193,11 +194,13 @@ class Stream:
         )
 
 
-_GENERATED = ("content", "reasoning_content", "reasoning", "tool_calls")
+_TEXTS = ("content", "reasoning_content", "reasoning")
 
 
 def _generated(obj: Any, api: str) -> bool:
-    """Whether a chunk carries a generated token, visible or not (see ``Stream``)."""
+    """Whether a chunk carries a generated token, visible or not (see ``Stream``). A tool call
+    generates its argument fragments; a delta that only names one (id, type, function name,
+    arguments "") generates nothing, as the engine counts it (docs/metrics.md)."""
     choices = obj.get("choices") if isinstance(obj, dict) else None
     for ch in choices if isinstance(choices, list) else ():
         if not isinstance(ch, dict):
@@ -209,11 +212,20 @@ def _generated(obj: Any, api: str) -> bool:
         delta = ch.get("delta")
         if not isinstance(delta, dict):
             continue
-        if any(delta.get(k) for k in _GENERATED):
+        if any(delta.get(k) for k in _TEXTS) or _arguments(delta.get("tool_calls")):
             return True
         # "" or null: a token without visible text, unless this is the role chunk (no token yet)
         # or the finish chunk
-        if delta.get("role") is None and ch.get("finish_reason") is None and any(k in delta for k in _GENERATED):
+        if delta.get("role") is None and ch.get("finish_reason") is None and any(k in delta for k in _TEXTS):
+            return True
+    return False
+
+
+def _arguments(calls: Any) -> bool:
+    """Some tool call of the delta carries an argument fragment (text, not just a name)."""
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("arguments"), str) and fn["arguments"]:
             return True
     return False
 

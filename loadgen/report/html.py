@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
+from loadgen.analysis.validity import FIRST_CODES
 from loadgen.report.banner import banner_lines
 from loadgen.report.chart_style import to_png, to_svg
 from loadgen.report.html_charts import (
@@ -295,9 +296,9 @@ def bracket_text(lower: float, upper: float) -> str:
 
 
 def _warnings(a: RunAnalysis) -> str:
-    items = [esc(w) for w in a.warnings]
-    for p in a.points:
-        items += [f"{esc(p.short_label)}: {esc(w)}" for w in p.warnings]
+    """The run's caveats, then each point's; those that say how to read TTFT and ITL at all first."""
+    said = [("", c) for c in a.caveats] + [(f"{p.short_label}: ", c) for p in a.points for c in p.caveats]
+    items = [esc(who + c.message) for who, c in sorted(said, key=lambda wc: wc[1].code not in FIRST_CODES)]
     if not items:
         return (
             '<section id="warnings"><h2>Validity</h2><ul class="warnings none"><li>no validity warnings: '

@@ -5,22 +5,29 @@ are shown in several narrower tables, one row per load point in each, that fit a
 1280-px window (cells wrap; nothing scrolls). A percentile that censored samples make a
 lower bound is shown ``≥ x`` (``markup.pct_html``); an open interval end "unbounded".
 Columns that only some endpoints fill (TTFT to the first visible content, cached
-prompt tokens, reasoning tokens) appear only when a point has them.
+prompt tokens, reasoning tokens) appear only when a point has them. ITL's per-chunk token
+source sits beside ITL (``analysis.stream_shape``); the client's own health (CPU, event-loop
+lag, read-stamp lateness: run.json's "client" block) is a table of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from loadgen.analysis.points import PointFigures, RunAnalysis
+from loadgen.analysis.stream_shape import itl_approximate, source_shares_text
 from loadgen.report.markup import esc, fmt, fmt_ci, pct_html
 
-__all__ = ["points_section", "LATENCY_CAPTION"]
+__all__ = ["points_section", "LATENCY_CAPTION", "HEALTH_CAPTION"]
 
 LATENCY_CAPTION = (
     "Latencies in ms, from each request's intended send time; p99 with its 95% interval. "
     "≥ x: a lower bound; requests never answered count at their wait (censored), so the true "
-    "value may be higher; an interval end that the samples cannot bound is \u201cunbounded\u201d."
+    "value may be higher; an interval end that the samples cannot bound is \u201cunbounded\u201d. "
+    "ITL per-chunk tokens: where each chunk's token count came from (the endpoint's usage per chunk, a "
+    "tokenizer, one per chunk, or the final usage spread evenly over the chunks, which makes ITL "
+    "approximate when chunks carry several tokens)."
 )
 
 Cell = Callable[[PointFigures], str]
@@ -95,10 +102,57 @@ def _latency() -> list[tuple[str, Cell]]:
         ("TPOT p99", lambda p: pct_html(p.summary.tpot, 99)),
         ("ITL p50", lambda p: pct_html(p.summary.itl, 50)),
         ("ITL p99", lambda p: pct_html(p.summary.itl, 99)),
+        ("ITL per-chunk tokens", _itl_source),
         ("E2E p50", lambda p: pct_html(p.summary.e2e, 50)),
         ("E2E p99 [CI]", lambda p: pct_html(p.summary.e2e, 99, ci=True, censored=True)),
         ("schedule lag p99", lambda p: pct_html(p.summary.schedule_lag, 99)),
     ]
+
+
+def _itl_source(p: PointFigures) -> str:
+    """Where ITL's per-chunk token counts came from, and ``approximate`` when spread usage makes it so."""
+    shares = source_shares_text(p.summary)
+    if not shares:
+        return "-"
+    note = (
+        f" (≈{p.summary.spread_tokens_per_chunk:.1f} tok/chunk: ITL approximate)" if itl_approximate(p.summary) else ""
+    )
+    return esc(shares + note)
+
+
+def _client_of(a: RunAnalysis, p: PointFigures) -> dict[str, Any]:
+    """The point's run.json "client" block (a single run's is the run's)."""
+    if "points" not in a.meta:
+        return dict(a.meta.get("client") or {})
+    entry: dict[str, Any] = next((e for e in a.meta["points"] if e.get("index") == p.index), {})
+    return dict(entry.get("client") or {})
+
+
+def _health_cell(a: RunAnalysis, key: str, scale: float) -> Cell:
+    def cell(p: PointFigures) -> str:
+        v = _client_of(a, p).get(key)
+        return esc(fmt(scale * v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+    return cell
+
+
+_HEALTH = (
+    ("client CPU % of a core", "cpu_utilisation", 100.0),
+    ("event-loop lag p99 ms", "loop_lag_p99_ms", 1.0),
+    ("event-loop lag max ms", "loop_lag_max_ms", 1.0),
+    ("read stamps late p99 ms (est.)", "read_lateness_p99_ms", 1.0),
+)
+HEALTH_CAPTION = (
+    "What the client measured about itself over each point: its CPU share, how late a probe timer of its "
+    "event loop ran (a loop-lag p99 above --lag-limit-ms marks the point suspect: client_loop_lag), and an "
+    "estimate of how late a read's arrival was stamped."
+)
+
+
+def _health(a: RunAnalysis) -> list[tuple[str, Cell]] | None:
+    """The client-health columns that some point has a figure for (None when none has any)."""
+    cols = [(h, _health_cell(a, k, scale)) for h, k, scale in _HEALTH if any(k in _client_of(a, p) for p in a.points)]
+    return cols or None
 
 
 def _users_and_tokens(a: RunAnalysis) -> list[tuple[str, Cell]]:
@@ -158,6 +212,8 @@ def points_section(a: RunAnalysis) -> str:
             _table(a, _users_and_tokens(a), "points-users"),
         ),
     ]
+    if (health := _health(a)) is not None:
+        blocks.append(("Client health", HEALTH_CAPTION, _table(a, health, "points-client")))
     body = "".join(
         f"<h3>{esc(h)}</h3>" + (f'<p class="sub">{esc(cap)}</p>' if cap else "") + f'<div class="fit">{t}</div>'
         for h, cap, t in blocks

@@ -1,5 +1,9 @@
 """A single-point run on the terminal: header, latency and throughput tables, warnings (rich).
 
+ITL's line says where its per-chunk token counts came from (``analysis.stream_shape``);
+the client's health (CPU, event-loop lag, read-stamp lateness) has its own line before the
+warnings, whose first ones say how to read TTFT and ITL at all (``validity.FIRST_CODES``).
+
 A figure that is only a lower bound (censored samples: requests that never got what it
 times count as at least their elapsed time) is shown ``>= x``; an unbounded interval end ∞.
 An interrupted or suspect run says so on the first line (``banner``), before any figure.
@@ -13,13 +17,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.analysis.client_health import health_line
 from loadgen.analysis.metrics import Summary
 from loadgen.analysis.run_summary import RunReport
 from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.stats import Dist
+from loadgen.analysis.stream_shape import token_source_text
 from loadgen.report.banner import banner_lines
 
-__all__ = ["print_run", "latency_table", "throughput_table", "token_lines", "load_label"]
+__all__ = ["print_run", "latency_table", "itl_line", "throughput_table", "token_lines", "load_label"]
 
 
 def print_run(report: RunReport, console: Console | None = None) -> None:
@@ -30,12 +36,16 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
         console.print(Text(line, style="bold red"))
     console.print(header_text(report.meta, s))
     console.print(latency_table(s))
+    if line := itl_line(s):
+        console.print(Text(line))
     console.print(throughput_table(s))
     for line in token_lines(s):
         console.print(line)
     if report.sessions is not None and report.sessions.multi_turn:
         for line in report.sessions.lines():
             console.print(line)
+    if health := health_line(report.meta.get("client") or {}):
+        console.print(Text(health))
     for w in report.warnings:
         console.print(Text("warning: " + w, style="yellow"))
     console.print(f"records: {report.run_dir / 'records.parquet'}")
@@ -109,6 +119,15 @@ def latency_table(s: Summary) -> Table:
         mean = _fmt(d.mean, d.mean_lower_bound) if d.n else "-"
         t.add_row(name, n, mean, *(_cell(d, k) for k in ("p50", "p90", "p95", "p99", "p99.9")))
     return t
+
+
+def itl_line(s: Summary) -> str:
+    """ITL's p50 and p99 with where its per-chunk token counts came from (and whether that makes
+    its percentiles approximate); "" without ITL samples."""
+    if not s.itl.n:
+        return ""
+    source = token_source_text(s)
+    return f"ITL p50 {_cell(s.itl, 'p50')} ms, p99 {_fmt(s.itl.pct(99)[0])} ms" + (f" ({source})" if source else "")
 
 
 def token_lines(s: Summary) -> list[str]:

@@ -47,6 +47,10 @@ class SimRequest:
     emit_ns: list[int] = field(default_factory=list)  # when each token really went out
     model_ns: list[int] = field(default_factory=list)  # when the timing model says it should have
     written_ns: list[int] = field(default_factory=list)  # when the server wrote it to the socket
+    # Tokens per output-carrying SSE event, in order, when not one each (multi-token chunks): the
+    # streaming writer fills it; empty means one token an event (the truth file says so in full).
+    chunk_tokens: list[int] = field(default_factory=list)
+    tool_call: bool = False  # the answer is a tool call: its tokens are the call's argument fragments
     queue_wait_ns: int | None = None
     prefill_start_ns: int | None = None
     prefill_end_ns: int | None = None
@@ -112,6 +116,8 @@ class SimRequest:
             "emit_ns": self.emit_ns,
             "model_ns": self.model_ns,
             "written_ns": self.written_ns,
+            "chunk_tokens": self.chunk_tokens or [1] * len(self.written_ns),
+            "tool_call": self.tool_call,
             "preemptions": self.preemptions,
             "cancelled": self.cancelled,
         }

@@ -4,7 +4,8 @@ Speaks chat and completions, streaming and not, with usage (and vLLM-style
 ``continuous_usage_stats``), ``/v1/models``, ``/tokenize`` and Prometheus
 ``/metrics``. What it streams has the shape real servers send (see
 ENDPOINTS.md): a role-only first chat chunk, one chunk per token, a finish
-chunk, a ``choices: []`` usage chunk, ``[DONE]``. Faults and quirks come from
+chunk, a ``choices: []`` usage chunk, ``[DONE]``; a configured share of chat answers are
+tool calls in vLLM's, SGLang's or llama.cpp's shape (``tool_calls.py``). Faults and quirks come from
 ``faults.py``. The ground truth of every request (arrival, queue wait, prefill,
 the emission time of every token) can be written as JSON lines.
 
@@ -30,9 +31,12 @@ from loadgen.sim.answer import SimConfig, SseFrames, apply_stop, natural_length,
 from loadgen.sim.faults import FaultPlan, plan_for
 from loadgen.sim.model import FixedModel, SimRequest, TimingModel
 from loadgen.sim.stream_writer import CUT, STALL, StreamWriter
+from loadgen.sim.tool_calls import ToolCall, finish_reason_of, tool_call_for
 from loadgen.workload.tokenizer import BUILTIN, WORDS
 
 __all__ = ["SimServer"]
+
+_PROBE_HEADER = "X-Loadgen-Probe"  # the header of loadgen's probe request before a run
 
 # Engine headroom (TimingModel.headroom) that handling needs, as estimated for a slow core: a new
 # request (parse, tokenize ~0.1 us per body byte, admit, headers, first write); a stream's end.
@@ -187,10 +191,14 @@ class SimServer:
             n_out = min(max(n_out, 2 * max_tokens), room)
         finish = "length" if n_out >= limit else "stop"
 
-        self._seq += 1
+        # loadgen's probe before a run (client.usage_probe) is not part of the run: it neither
+        # takes a fault-plan number (the run's faults stay where they were planned) nor enters the truth
+        probe = _PROBE_HEADER in request.headers
+        if not probe:
+            self._seq += 1
         seq_header = request.headers.get("X-Loadgen-Seq")
         rid = f"{request.headers.get('X-Loadgen-Run', 'sim')}-{seq_header or self._seq}"
-        plan = plan_for(cfg.faults, self._seq, n_out)
+        plan = FaultPlan() if probe else plan_for(cfg.faults, self._seq, n_out)
         if plan.status == 429:
             resp = _error(429, "Rate limit reached; retry later.", "rate_limit_error", "rate_limit_exceeded")
             resp.headers["Retry-After"] = f"{cfg.faults.retry_after_s:g}"
@@ -199,17 +207,21 @@ class SimServer:
             return _error(500, "The server had an error while processing your request.", "server_error")
 
         req = SimRequest(rid=rid, prompt_ids=prompt_ids, max_tokens=n_out, arrival_ns=arrival)
+        seq = int(seq_header) if seq_header and seq_header.isdigit() else self._seq
+        tool = tool_call_for(body, prompt_ids, seq, rid, cfg.tool_calls, cfg.tool_call_shape) if chat else None
+        req.tool_call = tool is not None
         stop = body.get("stop")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str)]
         self.model.submit(req)
         try:
             if body.get("stream"):
-                return await self._stream(request, req, body, chat, finish, plan, stops)
-            return await self._whole(req, body, chat, finish, stops)
+                return await self._stream(request, req, body, chat, finish, plan, stops, tool)
+            return await self._whole(req, chat, finish, stops, tool)
         finally:
             if not req.finished:
                 self.model.cancel(req)
-            self._write_truth(req)
+            if not probe:
+                self._write_truth(req)
 
     def _write_truth(self, req: SimRequest) -> None:
         if self._truth_file is not None:
@@ -226,17 +238,24 @@ class SimServer:
         }
 
     async def _whole(
-        self, req: SimRequest, body: dict[str, Any], chat: bool, finish: str, stops: list[str]
+        self, req: SimRequest, chat: bool, finish: str, stops: list[str], tool: ToolCall | None
     ) -> web.Response:
         while not req.finished:
             await req.wait()
         await self.model.headroom(_FINISH_NS)
         words = [WORDS[word_index(req, k)] for k in range(req.emitted)]
-        text, n, finish = apply_stop("".join(" " + w for w in words), n_words=len(words), stops=stops, finish=finish)
+        natural, full = finish, "".join(" " + w for w in words)
+        text, n, finish = apply_stop(full, n_words=len(words), stops=stops, finish=finish)
         created = int(time.time())
-        if chat:
-            message = {"role": "assistant", "content": text}
+        message: dict[str, Any]
+        if chat and tool is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [tool.to_json(text)]}
+            finish = finish_reason_of(tool, natural, stopped=len(text) < len(full))
             choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+            obj = "chat.completion"
+        elif chat:
+            message = {"role": "assistant", "content": text}
+            choice = {"index": 0, "message": message, "finish_reason": finish}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
@@ -260,6 +279,7 @@ class SimServer:
         finish: str,
         plan: FaultPlan,
         stops: list[str],
+        tool: ToolCall | None,
     ) -> web.StreamResponse:
         """Stream one answer. The handler only starts and ends it (and steps in for faults and a
         backed-up socket): each token is written by the model's step itself (``StreamWriter.fire`` or
@@ -270,17 +290,20 @@ class SimServer:
         if request.version == HttpVersion11:
             resp.enable_chunked_encoding()  # explicit, so the direct writes know the framing
         await resp.prepare(request)
-        frames = SseFrames(req.rid, cfg.model_name, chat)
+        frames = SseFrames(req.rid, cfg.model_name, chat, tool)
         usage = self._usage if opts.get("continuous_usage_stats") else None
         w = StreamWriter(req, frames, cfg, plan, stops, usage, resp.chunked)
         try:
-            if chat:
-                await resp.write(frames.role())
+            if chat:  # the role chunk, and a tool call's header: no generated text, at receipt
+                await resp.write(frames.role(b',"usage":' + orjson.dumps(usage(req, 0)) if usage else b""))
             if not await self._relay(request, resp, w, headers_sent=chat):
                 return resp  # the connection was cut (the disconnect fault)
             req.sink = req.prepare = None
             await self.model.headroom(_FINISH_NS)
-            final = [frames.finish(w.finish or finish)]
+            reason = w.finish or finish
+            if tool is not None:
+                reason = finish_reason_of(tool, finish, stopped=w.finish is not None)
+            final = [frames.finish(reason)]
             if opts.get("include_usage"):
                 final.append(frames.usage(self._usage(req, w.sent)))
             final.append(b"data: [DONE]\n\n")

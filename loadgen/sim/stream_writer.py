@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.sim.answer import SimConfig, SseFrames, first_stop, word_index
+from loadgen.sim.answer import SimConfig, SseFrames, chunk_seed, chunk_size, first_stop, word_index
 from loadgen.sim.faults import FaultPlan
 from loadgen.sim.model import COALESCE_NS, SimRequest
 from loadgen.workload.tokenizer import WORDS
@@ -55,6 +55,8 @@ class StreamWriter:
         "req",
         "frames",
         "per_chunk",
+        "per_chunk_max",
+        "seed",
         "usage",
         "stops",
         "plan",
@@ -94,9 +96,11 @@ class StreamWriter:
     ) -> None:
         self.req, self.frames, self.plan, self.stops, self.usage = req, frames, plan, stops, usage
         self.per_chunk = max(1, cfg.tokens_per_chunk)
+        self.per_chunk_max = max(self.per_chunk, cfg.tokens_per_chunk_max)
+        self.seed = chunk_seed(req.prompt_ids) if self.per_chunk_max > self.per_chunk else 0
         self.buffered = cfg.faults.buffered
         self.faulty = plan.stall_at >= 0 or plan.malformed_at >= 0 or plan.disconnect_at >= 0
-        self.simple = self.per_chunk == 1 and not stops and usage is None and not self.buffered and not self.faulty
+        self.simple = self.per_chunk_max == 1 and not stops and usage is None and not self.buffered and not self.faulty
         self.word0 = len(req.prompt_ids) * 31  # see answer.word_index
         self.fast = self.simple and chunked  # on_emit's inlined path applies
         self.post = frames.mid + b"}\n\n"  # a token frame is frames.pre + word + post
@@ -143,25 +147,34 @@ class StreamWriter:
             if ready == sent + 1:
                 return token(_WORD_JSON[(word0 + sent * 7919) % _N_WORDS])
             return b"".join([token(_WORD_JSON[(word0 + k * 7919) % _N_WORDS]) for k in range(sent, ready)])
-        if not req.finished and ready - sent < self.per_chunk:
+        if not req.finished and ready - sent < self._size(len(req.chunk_tokens)):
             return b""
         return self._release(self._chunks(ready))
 
+    def _size(self, c: int) -> int:
+        """Tokens in the c-th chunk: ``tokens_per_chunk``, or a draw up to ``tokens_per_chunk_max``."""
+        return chunk_size(self.seed, c, self.per_chunk, self.per_chunk_max)
+
     def _chunks(self, ready: int) -> list[bytes]:
-        """The frames of the tokens from ``sent`` up to ``ready``, ``tokens_per_chunk`` a frame (a partial
-        chunk only at the end of the answer); stops at a fault point or a stop string. Advances ``sent``."""
-        req, frames, per_chunk = self.req, self.frames, self.per_chunk
+        """The frames of the tokens from ``sent`` up to ``ready``, ``tokens_per_chunk`` a frame (or a size
+        drawn per chunk; a partial chunk only at the end of the answer); stops at a fault point or a stop
+        string. Advances ``sent``, and records each frame's tokens in ``req.chunk_tokens``."""
+        req, frames = self.req, self.frames
         out: list[bytes] = []
         sent = self.sent
         while sent < ready:
-            k = min(per_chunk, ready - sent)
-            if k < per_chunk and not req.finished:
+            size = self._size(len(req.chunk_tokens))
+            k = min(size, ready - sent)
+            if k < size and not req.finished:
                 break  # a partial chunk only ends the answer: the rest waits for more tokens
             if self.faulty and self._fault_point(sent, k, out):
                 break
             idx = [word_index(req, j) for j in range(sent, sent + k)]
             piece = "".join(" " + WORDS[i] for i in idx)
+            n_out = len(out)
             if self.stops and self._stopped_in(piece, out):
+                if len(out) > n_out:  # the part before the stop string went out as a chunk
+                    req.chunk_tokens.append(k)
                 sent += k
                 break
             word_json = _WORD_JSON[idx[0]] if k == 1 else orjson.dumps(piece)
@@ -169,6 +182,7 @@ class StreamWriter:
             if self.usage is not None:
                 usage = b',"usage":' + orjson.dumps(self.usage(req, sent + k))
             out.append(frames.token(word_json, usage))
+            req.chunk_tokens.append(k)
             sent += k
         self.sent = sent
         return out

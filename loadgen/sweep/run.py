@@ -51,6 +51,7 @@ from loadgen.client.run import (
     target,
 )
 from loadgen.client.settings import RunSettings, settings_json
+from loadgen.client.usage_probe import detect, resolved
 from loadgen.errors import ConfigError
 from loadgen.records import SCHEMA, compact, make_folder, read_stream, tool_info, write_json
 from loadgen.redaction import Secrets
@@ -217,8 +218,10 @@ def run_sweep(
     stopper = Stopper()
     with catching_signals(stopper), target(settings.base.endpoint, flags) as (url, is_sim):
         model = settings.base.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
+        usage = detect(settings.base, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
         meta = _meta(settings, make_workload(settings.salt or ""), url, is_sim, model, run_id, flags, secrets)
-        meta = start_state({**salt.json(), **meta})
+        meta = start_state({**salt.json(), **meta, "per_chunk_usage": usage.json()})
+        settings = replace(settings, base=resolved(settings.base, usage))  # every point asks alike
         write_json(out / "run.json", meta)
         to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim, on_live)
         result = SweepResult(out, run_id, [])

@@ -76,12 +76,24 @@ def build_body(
     *,
     ignore_eos: bool = True,
     extra: dict[str, Any] | None = None,
+    continuous_usage: bool = False,
 ) -> bytes:
-    """The JSON body of a streaming request; usage is always asked for."""
+    """The JSON body of a streaming request; usage is always asked for.
+
+    ``stream_options`` is ``{"include_usage": true}``, plus ``"continuous_usage_stats": true``
+    when ``continuous_usage`` (running usage on every chunk: vLLM's, which gives each chunk's
+    exact token count). ``extra`` fields go in last and win, except that an ``extra``
+    ``stream_options`` object is merged into loadgen's rather than replacing it, so setting
+    one option there does not silently drop ``include_usage``; a key it names explicitly
+    (``"include_usage": false``) still wins, and a ``stream_options`` that is not an object
+    replaces loadgen's whole."""
+    options: dict[str, Any] = {"include_usage": True}
+    if continuous_usage:
+        options["continuous_usage_stats"] = True
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": options,
         "max_tokens": max_tokens,
     }
     if api == "chat":
@@ -92,4 +104,7 @@ def build_body(
         body["ignore_eos"] = True
     if extra:
         body.update(extra)
+        asked = extra.get("stream_options")
+        if isinstance(asked, dict):
+            body["stream_options"] = {**options, **asked}
     return orjson.dumps(body)

@@ -14,14 +14,24 @@ import os
 import re
 import zlib
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from loadgen.errors import LoadgenError
 
-__all__ = ["Tokenizer", "BuiltinTokenizer", "HFTokenizer", "BUILTIN", "WORDS", "get_tokenizer"]
+__all__ = [
+    "Tokenizer",
+    "PieceCounter",
+    "BuiltinTokenizer",
+    "HFTokenizer",
+    "BUILTIN",
+    "WORDS",
+    "count_pieces",
+    "get_tokenizer",
+]
 
 # Common words that are one token with a leading space in GPT-2/Llama-3/Qwen BPEs.
 WORDS: tuple[str, ...] = tuple(
@@ -64,6 +74,38 @@ class Tokenizer(Protocol):
         ...
 
 
+@runtime_checkable
+class PieceCounter(Protocol):
+    """A tokenizer that can count a text cut in pieces (``count_pieces``), as both here can."""
+
+    def count_pieces(self, pieces: Sequence[str]) -> list[int]: ...
+
+
+def count_pieces(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[int]:
+    """The tokens of ``"".join(pieces)``, each counted in the piece its text ends in.
+
+    A token can straddle two pieces (" wor" + "ld" may be one token): counting each
+    piece alone would count it twice, so the whole text is tokenized once and each
+    token goes to the piece holding its last character. The counts add up to the
+    joined text's count; a piece inside a token that ends later counts 0. A
+    tokenizer without ``count_pieces`` counts each piece alone (an overcount where
+    tokens straddle pieces).
+    """
+    if isinstance(tokenizer, PieceCounter):
+        return tokenizer.count_pieces(pieces)
+    return [tokenizer.count(p) for p in pieces]
+
+
+def _by_piece(ends: Sequence[int], pieces: Sequence[str]) -> list[int]:
+    """How many of the token ``ends`` (character offsets in the joined text) fall in each piece."""
+    if not pieces:
+        return []
+    bounds = np.fromiter(accumulate(map(len, pieces)), dtype=np.int64, count=len(pieces))
+    at = np.searchsorted(bounds, np.asarray(ends, dtype=np.int64), side="left")
+    counts: list[int] = np.bincount(np.minimum(at, len(pieces) - 1), minlength=len(pieces)).tolist()
+    return counts
+
+
 class BuiltinTokenizer:
     """Word-level approximate tokenizer; deterministic on every machine.
 
@@ -98,6 +140,11 @@ class BuiltinTokenizer:
 
     def count(self, text: str) -> int:
         return sum(1 for p in _TOKEN_RE.findall(text) if p.strip())
+
+    def count_pieces(self, pieces: Sequence[str]) -> list[int]:
+        """``count`` of the joined pieces, each token counted in the piece it ends in (``count_pieces``)."""
+        ends = [m.end() for m in _TOKEN_RE.finditer("".join(pieces)) if not m.group().isspace()]
+        return _by_piece(ends, pieces)
 
     def words(self, n: int, rng: np.random.Generator) -> str:
         """Text of exactly ``n`` tokens drawn from ``rng`` (leading space included)."""
@@ -157,6 +204,12 @@ class HFTokenizer:
 
     def count(self, text: str) -> int:
         return len(self._tk.encode(text, add_special_tokens=False).ids)
+
+    def count_pieces(self, pieces: Sequence[str]) -> list[int]:
+        """``count`` of the joined pieces, each token counted in the piece it ends in (``count_pieces``),
+        by the tokens' character offsets."""
+        offsets = self._tk.encode("".join(pieces), add_special_tokens=False).offsets
+        return _by_piece([end for _, end in offsets], pieces)
 
     @property
     def pieces(self) -> list[str]:

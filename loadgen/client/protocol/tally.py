@@ -24,9 +24,16 @@ once per kind per stream; the request goes on.
 How many tokens: when a server sends running usage on every chunk (vLLM
 ``continuous_usage_stats``), the rise in ``completion_tokens`` is the exact count of
 each chunk, which matters because one chunk can carry several tokens (speculative
-decoding, stream intervals, detokenizer hold-back). Otherwise each output chunk is
-one token until ``reconcile`` spreads the final ``usage`` over them (token_counts.py).
-Running usage that goes down is a problem: the highest count is kept.
+decoding, stream intervals, detokenizer hold-back). Running usage that goes down is
+a problem: the highest count is kept. Else, with a ``tokenizer``, the tally keeps each
+output chunk's text (chunk_texts.py: bounded, past that it counts as without
+one) and ``reconcile`` tokenizes the whole text once, each token counted in
+the chunk its text ends in (``workload.tokenizer.count_pieces``: a token that
+straddles two chunks is counted once), then reconciles that with the final usage:
+each chunk at least 1, the usage total kept when one is reported, the difference
+spread evenly (a surplus) or taken in proportion (a deficit) over the chunks
+(``token_counts.by_tokenizer`` states the rule). Else each output chunk is one token
+until ``reconcile`` spreads the final ``usage`` over them (token_counts.py).
 
 Speed: content chunks are counted off a learned byte template where one proves to
 fit (template.py); anything else takes the full path, a JSON decode per chunk. A
@@ -38,18 +45,22 @@ wherever a call was measured to cost more than it reads better. The template pat
 applies the same bounds as decoding by construction: a template is only learned from
 a single-choice content chunk without usage or finish reason that was decoded (and so
 set ``t_first_content``), and it only fits chunks that differ from that one in plain
-text; anything else is decoded.
+text; anything else is decoded. Content chunks with running usage on each have a
+template of their own (usage_template.py), with holes for the counts, learned and
+bounded the same way; its counts go through ``Usage.rise``, the same rule as
+``Usage.take`` applies to a decoded chunk (``StreamState._running_chunk``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from loadgen.client.protocol.choices import NONE, VISIBLE, carried, finish_reason
+from loadgen.client.protocol.choices import NONE, VISIBLE, carried
 from loadgen.client.protocol.chunk_errors import check_error, loads_leniently, not_json, shape_error
 from loadgen.client.protocol.sse import BadStream, SSEParser
+from loadgen.client.protocol.stream_state import StreamState
 from loadgen.client.protocol.template import (
     BULK,
     Fit,
@@ -61,21 +72,22 @@ from loadgen.client.protocol.template import (
     read_bodies,
     run_bodies,
 )
-from loadgen.client.protocol.token_counts import Reconciled, reconcile
-from loadgen.client.protocol.usage import Problems, Usage
-from loadgen.untrusted import MAX_TEXT_CHARS, clean_text
+from loadgen.client.protocol.usage_template import UsageTemplate, learn_usage
+from loadgen.untrusted import clean_text
+
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["StreamTally"]
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-_APIS = ("chat", "completions")
 _LEARNS = 64  # templates a stream may learn: bounds the cost where they never hit
 _SKIP = object()  # an empty event: it carries nothing
 _DONE = object()  # [DONE], with spaces around it
 
 
-class StreamTally:
+class StreamTally(StreamState):
     """Running tally of one streamed response: output chunk times, token counts, usage.
 
     ``feed(data, t_ns)`` per read, ``close()`` at end of body, then ``reconcile()``
@@ -89,51 +101,18 @@ class StreamTally:
     the list stays short however long the stream. The counts here are already bounded.
     """
 
-    __slots__ = (
-        "api",
-        "keep_text",
-        "done",
-        "chunk_ns",
-        "chunk_tokens",
-        "finish_reason",
-        "t_first_content",
-        "problems",
-        "events",
-        "t_read",
-        "_parser",
-        "_sse",
-        "_chat",
-        "_parts",
-        "_usage",
-        "_problems",
-        "_tpl",
-        "_framed",
-        "_one",
-        "_many",
-        "_learns",
-        "_fr_raw",
-        "_lenient",
-    )
+    __slots__ = ("_parser", "_sse", "_tpl", "_framed", "_one", "_many", "_learns", "_utpl")
 
-    def __init__(self, api: str, keep_text: bool = False, max_event_bytes: int = 1 << 20) -> None:
-        if api not in _APIS:
-            raise ValueError(f"api must be one of {_APIS}, not {api!r}")
-        self.api = api
-        self.keep_text = keep_text
-        self.done = False
-        self.chunk_ns: list[int] = []
-        self.chunk_tokens: list[int] = []
-        self.finish_reason: str | None = None
-        self.t_first_content: int | None = None  # the first chunk with visible content (not reasoning)
-        self._problems = Problems()
-        self.problems: list[str] = self._problems.lines
-        self._usage = Usage(self._problems)
-        self.events = 0
-        self.t_read = 0  # when the last read arrived (0: none yet), for the engine's idle timeout
+    def __init__(
+        self,
+        api: str,
+        keep_text: bool = False,
+        max_event_bytes: int = 1 << 20,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        super().__init__(api, keep_text, tokenizer)
         self._parser = SSEParser(max_event_bytes)
         self._sse = self._parser.feed
-        self._chat = api == "chat"
-        self._parts: list[str] = []
         # The learned content-chunk template (template.py), None until learned and
         # again after [DONE]; its read view apart, as feed looks at it for every read.
         self._tpl: Template | None = None
@@ -141,41 +120,14 @@ class StreamTally:
         self._one = 0  # with a template, a read shorter than this holds one event at most, within the cap
         self._many = max_event_bytes + 2  # a read no longer than this holds no event over the size cap
         self._learns = _LEARNS
-        self._fr_raw: object = None  # the finish_reason last sent, as sent
-        self._lenient = False  # an event was decoded leniently: kept text may hold lone surrogates
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        """``usage.prompt_tokens``, the last in range (usage.py)."""
-        return self._usage.prompt_tokens
-
-    @property
-    def completion_tokens(self) -> int | None:
-        """``usage.completion_tokens``, the highest in range (usage.py)."""
-        return self._usage.completion_tokens
-
-    @property
-    def cached_tokens(self) -> int | None:
-        """``usage.prompt_tokens_details.cached_tokens``, the last in range."""
-        return self._usage.cached_tokens
-
-    @property
-    def reasoning_tokens(self) -> int | None:
-        """``usage.completion_tokens_details.reasoning_tokens``, the last in range."""
-        return self._usage.reasoning_tokens
-
-    @property
-    def text(self) -> str:
-        """The output text so far (reasoning, content, tool arguments); '' unless keep_text."""
-        text = "".join(self._parts)
-        if self._lenient:  # a lone surrogate ("\\ud800", read leniently) cannot be stored or written
-            text = text.encode("utf-8", "replace").decode()
-        return text
+        # The learned template of content chunks with running usage (usage_template.py),
+        # None until learned and again after [DONE].
+        self._utpl: UsageTemplate | None = None
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read; every event it completes is stamped ``t_ns``."""
         self.t_read = t_ns
-        framed = self._framed
+        framed = self._framed  # (set only once a chunk was decoded: bytes were fed before)
         if framed is not None and self._parser.idle:  # the read starts at an event: it may be whole ones
             n = len(data)
             if n < self._one:  # room for one event only: the usual read
@@ -188,11 +140,26 @@ class StreamTally:
                         if text:  # an empty body: an event without output
                             self.chunk_ns.append(t_ns)
                             self.chunk_tokens.append(1)
-                            if self.keep_text:
-                                self._parts.append(text)
+                            if self._collect:
+                                self._kept(text)
                         return
             elif n <= self._many and self._read_of_events(data, t_ns):
                 return  # (a longer read may hold an event over the cap: the parser decides)
+        utpl = self._utpl  # (set only once a chunk was decoded, as _framed)
+        if utpl is not None and self._parser.idle and data.startswith(utpl.framed_pre):
+            # A read of one event with running usage, the usual read with it (the fit
+            # test of _by_usage_template, inlined likewise): no more than one event fits,
+            # as the whole read must be one line and its end; within the size cap.
+            rest = utpl.framed_rest
+            lo = utpl.framed_lo
+            end = data.find(b'"', lo)  # (see _by_usage_template)
+            if rest is not None and data.startswith(utpl.mid, end) and len(data) <= self._many:
+                m = rest(data, end + utpl.mid_len)
+                if m is not None and self._running_chunk(data[lo:end], m[1], utpl.prompt, t_ns):
+                    self.events += 1
+                    return
+        if data:
+            self._fed = True
         payloads = self._sse(data)
         if payloads:
             self._take(payloads, t_ns)
@@ -236,6 +203,8 @@ class StreamTally:
             self.chunk_tokens.extend([1] * k)
             if self.keep_text:
                 self._parts.append(text)
+            if self._texts is not None:  # each plain (plain_all), so each decodes
+                self._tokenized([body.decode() for body in bodies if body], len(text))
         return True
 
     def _take(self, payloads: list[bytes], t_ns: int) -> None:
@@ -245,7 +214,7 @@ class StreamTally:
         self.events += len(payloads)
         if self.done:
             return  # anything after [DONE] is not part of the answer
-        chat, keep = self._chat, self.keep_text
+        chat, keep, texts = self._chat, self.keep_text, self._texts
         first = self.t_first_content  # a local: read per output chunk
         i, n = 0, len(payloads)
         bulk = n >= BULK  # one try per read at counting a run in one go
@@ -254,6 +223,11 @@ class StreamTally:
             if tpl is not None:
                 i = self._by_template(payloads, i, tpl.payload, bulk, t_ns)
                 bulk = False
+                if i == n:
+                    return
+            utpl = self._utpl
+            if utpl is not None:
+                i = self._by_usage_template(payloads, i, utpl, t_ns)
                 if i == n:
                     return
             payload = payloads[i]
@@ -271,6 +245,9 @@ class StreamTally:
                     return
             # Shape checks cost nothing here: a non-dict where a dict belongs fails on
             # .get or iteration, and the handler turns that into BadStream.
+            # Where the chunk's text goes: the kept text, or this chunk's own list to
+            # count with the tokenizer (then added to the kept text), or nowhere.
+            sink = [] if texts is not None else self._parts if keep else None
             try:
                 choices = obj.get("choices")
                 if not choices or "error" in obj:
@@ -284,16 +261,16 @@ class StreamTally:
                     if chat:
                         delta = ch.get("delta")
                         if delta:
-                            if not keep and delta.get("content"):
+                            if sink is None and delta.get("content"):
                                 out = VISIBLE
                             else:
-                                out = max(out, carried(delta, self._parts if keep else None))
+                                out = max(out, carried(delta, sink))
                     else:
                         text = ch.get("text")
                         if text:
                             out = VISIBLE
-                            if keep and type(text) is str:
-                                self._parts.append(text)
+                            if sink is not None and type(text) is str:
+                                sink.append(text)
                     fr = ch.get("finish_reason")
                     if fr is not None and fr != self._fr_raw:
                         self._finish_reason(fr)
@@ -303,14 +280,20 @@ class StreamTally:
             if extra is not None and "choices" not in self._problems:
                 self._problems.flag("choices", f"extra choices (index {clean_text(extra.get('index'), 40)}) ignored")
             if out:
+                if texts is not None:
+                    assert sink is not None  # a list of its own when texts are kept
+                    self._kept_chunk(sink)
+                    texts = self._texts  # None again once past the cap
                 self.chunk_ns.append(t_ns)
                 if out == VISIBLE and first is None:
                     self.t_first_content = first = t_ns
                 k = 1
                 if usage:
                     k = self._usage.take(usage, self.chunk_ns)
+                    if self._learns and len(choices) == 1:
+                        self._learn(payload, obj, True)
                 elif self._learns and len(choices) == 1:
-                    self._learn(payload, obj)
+                    self._learn(payload, obj, False)
                 self.chunk_tokens.append(k)
             elif usage:
                 self._usage.take(usage, None)
@@ -333,22 +316,49 @@ class StreamTally:
             if text:
                 self.chunk_ns.append(t_ns)
                 self.chunk_tokens.append(1)
-                if self.keep_text:
-                    self._parts.append(text)
+                if self._collect:
+                    self._kept(text)
+            i += 1
+        return n
+
+    def _by_usage_template(self, payloads: list[bytes], i: int, utpl: UsageTemplate, t_ns: int) -> int:
+        """Count the events from ``payloads[i]`` that fit the usage template, one by one;
+        the index of the first that does not fit (it must be decoded)."""
+        pre, lo, mid, after, rest, prompt = utpl.pre, utpl.lo, utpl.mid, utpl.mid_len, utpl.rest, utpl.prompt
+        n = len(payloads)
+        while i < n:
+            payload = payloads[i]
+            if not payload.startswith(pre):
+                return i
+            # The body ends at the first quote if it is plain (_running_chunk checks it is);
+            # mid starts there. (None: -1, and mid, of two bytes or more, cannot start there.)
+            # One find of the quote and a compare cost a third of one find of mid (measured).
+            end = payload.find(b'"', lo)
+            if not payload.startswith(mid, end):
+                return i
+            m = rest(payload, end + after)
+            if m is None or not self._running_chunk(payload[lo:end], m[1], prompt, t_ns):
+                return i
             i += 1
         return n
 
     def _end(self) -> None:
         """[DONE]: the stream is over, and no later read is counted from its bytes."""
         self.done = True
-        self._tpl = self._framed = None
+        self._tpl = self._framed = self._utpl = None
 
-    def _learn(self, payload: bytes, obj: dict[str, Any]) -> None:
-        """Take ``payload`` as the template of this stream's content chunks, if it makes one."""
+    def _learn(self, payload: bytes, obj: dict[str, Any], running: bool) -> None:
+        """Take ``payload`` as the template of this stream's content chunks, if it makes
+        one: with ``running`` usage on it, a usage template (usage_template.py)."""
         holder = content_holder(obj, self._chat)
         if holder is None:
             return  # not a content chunk (reasoning, say): no try spent, so content still gets one
         self._learns -= 1  # a failed try counts too: a server whose chunks never fit stops costing
+        if running:
+            utpl = learn_usage(payload, obj, holder, self._chat)
+            if utpl is not None:
+                self._utpl = utpl
+            return
         template = learn(payload, obj, holder, self._chat)
         if template is not None:
             self._tpl, self._framed = template, template.framed
@@ -374,18 +384,3 @@ class StreamTally:
         for kind, message in got.problems:
             self._problems.flag(kind, message)
         return got.obj
-
-    def _finish_reason(self, fr: object) -> None:
-        """Keep a finish reason, cleaned (choices.py); a long one is not held on to."""
-        self._fr_raw = fr if type(fr) is not str or len(fr) <= MAX_TEXT_CHARS else None
-        self.finish_reason = finish_reason(fr, self._problems)
-
-    def reconcile(self) -> Reconciled:
-        """Final per-chunk token counts, their total, and where the count came from
-        (``token_counts.reconcile``), each within ``[0, MAX_TOKEN_COUNT]``; call it
-        before reading ``problems``, as it may add one."""
-        u = self._usage
-        counted = reconcile(self.chunk_tokens, u.per_chunk, u.carry, u.completion_tokens)
-        if u.per_chunk and counted.source == "chunks":
-            self._problems.flag("usage.sum", "running usage adds up to an impossible count: one token per chunk kept")
-        return counted

@@ -34,10 +34,12 @@ __all__ = [
     "Fit",
     "Run",
     "Template",
+    "body_span",
     "content_holder",
     "learn",
     "plain",
     "plain_all",
+    "probe_text",
     "read_bodies",
     "run_bodies",
 ]
@@ -106,8 +108,9 @@ def content_holder(obj: dict[str, Any], chat: bool) -> dict[str, Any] | None:
     """The dict whose content (or completion text) string is a chunk's only output,
     or None if the chunk is not such a one: only such a chunk may teach a template.
 
-    ``obj`` is a single-choice chunk with output and without usage (the caller's
-    checks); here also without a finish reason, an error, or output besides the string.
+    ``obj`` is a single-choice chunk with output (the caller's checks; one with usage
+    may teach only a usage template, usage_template.py); here also without a finish
+    reason, an error, or output besides the string.
     """
     ch = obj["choices"][0]
     if ch.get("finish_reason") is not None or obj.get("error") is not None:
@@ -129,19 +132,13 @@ def learn(payload: bytes, obj: dict[str, Any], holder: dict[str, Any], chat: boo
     which proves the bytes around it are everything else in the chunk. ``obj`` (and
     so ``holder``) is consumed.
     """
-    field, key = ("content", b'"content":') if chat else ("text", b'"text":')
-    value = holder[field]
-    i = payload.find(key)
-    if i < 0:
+    field = "content" if chat else "text"
+    span = body_span(payload, chat)
+    if span is None:
         return None
-    i = _body_start(payload, i + len(key))
-    if i < 0:
-        return None
-    j = payload.find(b'"', i)
-    if 92 in payload[i:j]:  # a backslash: the body may not end at that quote
-        return None
+    i, j = span
     pre, suf = payload[:i], payload[j:]
-    probe = "~" if value != "~" else "~~"
+    probe = probe_text(holder[field])
     holder[field] = probe
     try:
         if orjson.loads(pre + probe.encode() + suf) != obj:
@@ -149,6 +146,29 @@ def learn(payload: bytes, obj: dict[str, Any], holder: dict[str, Any], chat: boo
     except orjson.JSONDecodeError:
         return None
     return Template(Fit(pre, suf), one_line=not (10 in pre or 13 in pre or 10 in suf or 13 in suf))
+
+
+def body_span(payload: bytes, chat: bool) -> tuple[int, int] | None:
+    """Where the body of the chunk's content (or completion text) string may lie, found
+    by its key: ``payload[i:j]``, ending at the first quote and holding no backslash
+    (else the body may not end at that quote); None if there is no such string. Only a
+    probe decode proves it is the chunk's content (``learn``)."""
+    key = b'"content":' if chat else b'"text":'
+    i = payload.find(key)
+    if i < 0:
+        return None
+    i = _body_start(payload, i + len(key))
+    if i < 0:
+        return None
+    j = payload.find(b'"', i)
+    if j < 0 or 92 in payload[i:j]:
+        return None
+    return i, j
+
+
+def probe_text(value: object) -> str:
+    """A content string other than ``value``, to put in its place for a probe decode."""
+    return "~" if value != "~" else "~~"
 
 
 def _body_start(payload: bytes, i: int) -> int:

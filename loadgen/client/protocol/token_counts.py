@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from loadgen.untrusted import MAX_TOKEN_COUNT
 
-__all__ = ["Reconciled", "reconcile", "spread"]
+__all__ = ["Reconciled", "by_tokenizer", "reconcile", "spread"]
 
 
 class Reconciled(NamedTuple):
@@ -19,7 +19,7 @@ class Reconciled(NamedTuple):
 
     counts: list[int]
     total: int
-    source: str  # "usage_per_chunk" | "usage" | "chunks" | "none"
+    source: str  # "usage_per_chunk" | "usage" | "tokenizer" | "chunks" | "none" (records.TOKEN_SOURCES)
 
 
 def reconcile(chunk_tokens: list[int], per_chunk: bool, carry: int, completion_tokens: int | None) -> Reconciled:
@@ -70,6 +70,60 @@ def reconcile(chunk_tokens: list[int], per_chunk: bool, carry: int, completion_t
             counts = [c + e for c, e in zip(counts, spread(ct - seen, len(counts)), strict=True)]
         return Reconciled(counts, ct, "usage")
     return Reconciled(counts, seen, "chunks")
+
+
+def by_tokenizer(tokenized: list[int], completion_tokens: int | None) -> Reconciled:
+    """Per-chunk counts from a tokenizer (``tokenized``, the tokens of the stream's text
+    counted in the chunk each ends in), reconciled with the final usage reported.
+
+    The rule, so that the tokenizer gives the shape and the server, when it says, the total:
+
+    - each output chunk counts at least 1: it was sent because a token was generated,
+      even where re-tokenizing merges its text into a token that ends in the next chunk;
+    - no usage: these counts, their sum the total;
+    - a usage above their sum (tokens that are not in the text: an end-of-sequence
+      token, tool-call markup the server's parser hides): the surplus is spread
+      evenly over the chunks (``spread``), and the total is the usage;
+    - a usage below their sum but at least one per chunk (a tokenizer that is not the
+      server's): the excess is taken off each chunk's count above 1 in proportion
+      (``_shrink``), and the total is the usage;
+    - a usage below one per chunk (an under-reporting server, as ``reconcile``'s
+      ``chunks``): these counts, their sum the total; the record keeps the usage
+      reported beside it, so the mismatch stays visible.
+
+    Every count lies in ``[1, MAX_TOKEN_COUNT]``, and so does the total, when the
+    tokenizer's counts add up to at most ``MAX_TOKEN_COUNT`` (the tally keeps at
+    most ``tally.MAX_TOKENIZED_CHARS`` characters, far fewer) or a usage is given.
+    """
+    counts = [c if c > 1 else 1 for c in tokenized]
+    if not counts:
+        return Reconciled([], 0, "none" if completion_tokens is None else "usage")
+    total = sum(counts)
+    ct = completion_tokens
+    if ct is None or ct < len(counts) or ct == total:
+        if total > MAX_TOKEN_COUNT:  # cannot be, for text the tally keeps; never recorded so
+            return Reconciled([1] * len(counts), len(counts), "chunks")
+        return Reconciled(counts, total, "tokenizer")
+    if ct > total:
+        counts = [c + e for c, e in zip(counts, spread(ct - total, len(counts)), strict=True)]
+    else:
+        counts = _shrink(counts, total - ct)
+    return Reconciled(counts, ct, "tokenizer")
+
+
+def _shrink(counts: list[int], less: int) -> list[int]:
+    """``counts`` (each at least 1) with ``less`` fewer in all, taken from each count's
+    part above 1 in proportion (deterministically: by the rounded running sum), so each
+    stays at least 1 and keeps its place in the shape; ``less`` is at most those parts' sum."""
+    above = sum(counts) - len(counts)
+    keep = above - less
+    out, run, kept = [], 0, 0
+    for c in counts:
+        run += c - 1
+        now = run * keep // above
+        out.append(1 + now - kept)
+        kept = now
+    return out
 
 
 def spread(total: int, n: int) -> list[int]:

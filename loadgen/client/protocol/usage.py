@@ -127,6 +127,14 @@ class Usage:
         if not (type(ct) is int and 0 <= ct <= _MAX):
             if ct is None or (ct := self._problems.count(ct, _CT)) is None:
                 return 1
+        return self.rise(ct, chunks)
+
+    def rise(self, ct: int, chunks: list[int] | None) -> int:
+        """``take``'s last step, for a chunk's ``completion_tokens`` ``ct`` (in range): the
+        chunk's count (``chunks`` as for ``take``). The tally calls it directly for a chunk
+        it read off a usage template (usage_template.py), whose usage is nothing but
+        ``prompt_tokens`` and this (both in range) and fields without effect: the same rule.
+        """
         last = self._last
         if last is None:
             self.completion_tokens = self._last = ct
