@@ -231,7 +231,8 @@ def part_bc(streams: int, gap_ms: float, tmp: Path, memory: bool = True) -> floa
     print(
         f"    schedule lag p50 {np.percentile(lag, 50):.2f} ms, p99 {np.percentile(lag, 99):.2f} ms "
         f"(target p99 <= 5); ITL error p50 {np.percentile(err, 50):+.2f} ms, "
-        f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag max {engine.live.loop_lag_max_ms:.1f} ms"
+        f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag p99 {engine.probe.lag_p99_ms:.1f} ms, "
+        f"max {engine.probe.lag_max_ms:.1f} ms; read-stamp lateness p99 {engine.probe.read_p99_ms:.2f} ms"
     )
     if memory:
         print(

@@ -85,7 +85,7 @@ def running_streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
             pt = draw(st.sampled_from([prompt + 1, -1, MAX_TOKEN_COUNT + 1, 10**12]))
         elif kind == "odd":
             ct = draw(ODD_COUNTS)
-        text = draw({"any": ANY_TEXT, "empty": st.just("")}.get(kind, PLAIN_TEXT))
+        text = draw({"any": ANY_TEXT, "prompt": ANY_TEXT, "empty": st.just("")}.get(kind, PLAIN_TEXT))
         if kind == "reasoning":
             events.append(chunk({"reasoning_content": text}, ct, pt))
         elif kind == "zero":  # a leading zero, which no JSON encoder writes: put in after encoding
@@ -103,9 +103,11 @@ def running_streams(draw: st.DrawFn) -> tuple[str, list[bytes]]:
     return api, [*framed, b"data: [DONE]\n\n"]
 
 
-def _facts(api: str, reads: list[bytes], learn: bool, keep_text: bool, tokenizer: bool) -> tuple[object, ...]:
+def _facts(
+    api: str, reads: list[bytes], learn: bool, keep_text: bool, tokenizer: bool, cap: int = 1 << 20
+) -> tuple[object, ...]:
     """All a tally makes of the reads, including the error it stops at, if any."""
-    t = StreamTally(api, keep_text=keep_text, tokenizer=BUILTIN if tokenizer else None)
+    t = StreamTally(api, keep_text=keep_text, max_event_bytes=cap, tokenizer=BUILTIN if tokenizer else None)
     if not learn:
         t._learns = 0  # never learn a template: every chunk is decoded
     error = None
@@ -204,12 +206,15 @@ def test_what_the_template_cannot_prove_is_decoded_and_noted(monkeypatch: pytest
         _vllm(b'say \\"hi\\"', 4),  # an escape
         _vllm(b" e", 5, prompt=MAX_TOKEN_COUNT + 1),  # nine digits, past the bound
     ]
-    t = _tally([*events, *odd, _vllm(b" f", 6), b"data: [DONE]\n\n"])
-    assert t.chunk_tokens == [1, 1, 1, 1, 2, 1, 1]
-    assert t.completion_tokens == 6 and t.prompt_tokens == 20
+    t = _tally([*events, *odd, _vllm(b'\\"', 6, prompt=21)])  # another prompt, in a chunk that teaches none
+    assert t.prompt_tokens == 21
+    calls.clear()
+    t = _tally([*events, *odd, _vllm(b'\\"', 6, prompt=21), _vllm(b" f", 7), b"data: [DONE]\n\n"])
+    assert t.chunk_tokens == [1, 1, 1, 1, 2, 1, 1, 1]
+    assert t.completion_tokens == 7 and t.prompt_tokens == 20  # the template's, as decoding would keep
     assert any("went down" in p for p in t.problems) and any("3000000000" in p for p in t.problems)
     assert any("prompt_tokens 100000001" in p for p in t.problems)
-    assert len(calls) == 1 + 3  # the teacher and the odd ones past the bounds; the decrease off the template
+    assert len(calls) == 1 + 4  # the teacher, those past the bounds, the escapes; the decrease off the template
 
 
 def test_usage_with_an_effect_of_its_own_teaches_no_template(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,3 +223,14 @@ def test_usage_with_an_effect_of_its_own_teaches_no_template(monkeypatch: pytest
     details = b',"prompt_tokens_details":{"cached_tokens":4}'
     t = _tally([_vllm(b" w%d" % i, i + 1, details=details) for i in range(10)])
     assert t.chunk_tokens == [1] * 10 and t.cached_tokens == 4 and len(calls) == 10
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_the_size_cap_holds_for_usage_template_events_however_they_are_read(over: int) -> None:
+    big = _vllm(b"x" * 300, 3)
+    cap = len(big) - 2 - over  # the event's lines, without the blank line, against the cap
+    lead = [_vllm(b"a", 1), _vllm(b"b", 2)]
+    for reads in ([*lead, big], [*lead, big[:100], big[100:]], [*lead, lead[1] + big]):
+        with_template = _facts("chat", reads, True, False, False, cap)
+        assert with_template == _facts("chat", reads, False, False, False, cap)
+        assert (with_template[0] is not None) == bool(over)  # over the cap: an error, in every split

@@ -9,6 +9,8 @@ is read up to ``ERROR_BODY_BYTES``. The aiohttp internals that make
 timing precise and cheap (stamping reads in the protocol, holding a prepared request to its
 instant) live in ``_aiohttp.py``; this module uses aiohttp's public API, and falls back to it
 entirely when ``_aiohttp.fast_path`` says those internals do not fit the installed aiohttp.
+How it reaches the endpoint (TLS, the environment's proxy) is the run's ``EndpointOptions``;
+the proxy is resolved once, at construction, not per request.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from yarl import URL
 
 from loadgen.client._aiohttp import Call, answer_arrived, install, read_body, release, request_class
 from loadgen.client._aiohttp_fit import fast_path
+from loadgen.client.endpoint_options import EndpointOptions
 from loadgen.client.transport import Exchange, FastPath, Holds, OnRead, WireError, compressed
 from loadgen.clock import Clock
 
@@ -37,8 +40,12 @@ _IDENTITY = ("", "identity")
 class AiohttpTransport:
     """Sends each exchange to ``url`` over a keep-alive pool; one run at a time."""
 
-    def __init__(self, url: str, *, connect_timeout_s: float, read_bufsize: int) -> None:
-        self._url = URL(url)  # parsed once, not per request
+    def __init__(
+        self, url: str, *, connect_timeout_s: float, read_bufsize: int, http: EndpointOptions | None = None
+    ) -> None:
+        self._url = URL(url)  # parsed once, not per request (its query, ?api-version=..., kept)
+        self._options = http if http is not None else EndpointOptions()
+        self._proxy = self._options.request_kwargs(url)  # {} or the proxy (and its credentials)
         self._connect_s = connect_timeout_s
         self._bufsize = read_bufsize
         self._calls: dict[int, Call] = {}  # requests in flight, by sequence number (their X-Loadgen-Seq)
@@ -49,7 +56,12 @@ class AiohttpTransport:
     @asynccontextmanager
     async def open(self, clock: Clock, holds: Holds, connections: int) -> AsyncIterator[FastPath]:
         connector = aiohttp.TCPConnector(
-            limit=connections, limit_per_host=0, force_close=False, enable_cleanup_closed=False, ttl_dns_cache=None
+            limit=connections,
+            limit_per_host=0,
+            force_close=False,
+            enable_cleanup_closed=False,
+            ttl_dns_cache=None,
+            ssl=self._options.ssl_context(),
         )
         fit = fast_path(connector)
         self._fast, self._clock = fit.ok, clock
@@ -117,7 +129,9 @@ class AiohttpTransport:
             if not self._fast:
                 ex.t_sent = self._clock()  # the plain way: as it is handed to aiohttp
             try:
-                return await self._http.post(self._url, data=ex.body, headers=ex.headers, trace_request_ctx=call)
+                return await self._http.post(
+                    self._url, data=ex.body, headers=ex.headers, trace_request_ctx=call, **self._proxy
+                )
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
                 if not call.reused:
                     raise

@@ -13,6 +13,7 @@ from dataclasses import astuple, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS, EndpointOptions
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -107,6 +108,9 @@ class EngineConfig:
     # (a tokenizer.json path or "builtin", loaded by the engine: a config crosses to workers).
     continuous_usage: bool = False
     tokenizer: str | None = None
+    # How requests reach the endpoint (headers, key header, TLS, proxy): the transport's and headers'
+    http: EndpointOptions = field(default_factory=EndpointOptions)
+    max_tokens_field: str = "max_tokens"  # max_tokens | max_completion_tokens | both
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
@@ -127,6 +131,10 @@ class EngineConfig:
             raise ConfigError(f"--tokenizer {self.tokenizer!r}: give a tokenizer.json path, or leave it out")
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"--extra-body {self.extra_body!r}: must be a JSON object")
+        if not isinstance(self.http, EndpointOptions):
+            raise ConfigError(f"EngineConfig.http {self.http!r}: must be an EndpointOptions")
+        if self.max_tokens_field not in MAX_TOKENS_FIELDS:
+            raise ConfigError(f"--max-tokens-field {self.max_tokens_field!r}: use {', '.join(MAX_TOKENS_FIELDS)}")
 
     @property
     def path(self) -> str:

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from loadgen.client.config import DEFAULT_MAX_INFLIGHT, MAX_INFLIGHT, EngineConfig, Timeouts
 from loadgen.client.endpoint import endpoint_label
+from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS, EndpointOptions
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ class RunSettings:
     # settings keep what was given, its ``per_chunk_usage`` what was decided and how.
     per_chunk_usage: str = "auto"
     tokenizer: str | None = None  # counts each chunk's text without running usage: a tokenizer.json or "builtin"
+    # How requests reach the endpoint (-H, --api-key-header, TLS, proxies): run.json shows header names only
+    http: EndpointOptions = field(default_factory=EndpointOptions)
+    max_tokens_field: str = "max_tokens"  # the body field of the answer's length: max_completion_tokens, or both
+    preflight: bool = True  # GET /models and one tiny request before the schedule (--no-preflight: neither)
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -117,6 +122,10 @@ class RunSettings:
             raise ConfigError(f"--per-chunk-usage {self.per_chunk_usage!r}: use auto, on or off")
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer.strip()):
             raise ConfigError(f"--tokenizer {self.tokenizer!r}: give a tokenizer.json path or builtin, or leave it out")
+        if not isinstance(self.http, EndpointOptions):
+            raise ConfigError(f"RunSettings.http {self.http!r}: must be an EndpointOptions")
+        if self.max_tokens_field not in MAX_TOKENS_FIELDS:
+            raise ConfigError(f"--max-tokens-field {self.max_tokens_field!r}: use {', '.join(MAX_TOKENS_FIELDS)}")
 
     def _check_load(self) -> None:
         a = self.arrival
@@ -203,6 +212,8 @@ def engine_config(
         extra_body=settings.extra_body,
         continuous_usage=settings.per_chunk_usage == "on",  # "auto" unresolved: not asked
         tokenizer=settings.tokenizer,
+        http=settings.http,
+        max_tokens_field=settings.max_tokens_field,
     )
 
 
@@ -232,8 +243,10 @@ def api_key_from_env(name: str | None) -> str | None:
 
 
 def settings_json(settings: RunSettings) -> dict[str, Any]:
-    """The settings as run.json keeps them: URLs without credentials (``endpoint_label``)."""
-    d = asdict(settings)
+    """The settings as run.json keeps them: URLs without credentials (``endpoint_label``), the
+    endpoint options without a header's value (``EndpointOptions.json``: names, TLS files, insecure)."""
+    d = {k: v for k, v in asdict(settings).items() if k != "http"}
+    d.update(settings.http.json())
     d["arrival"] = {**asdict(settings.arrival), "label": str(settings.arrival)}
     for key in ("endpoint", "server_metrics"):
         if d[key] not in (None, "auto", "off"):

@@ -27,13 +27,14 @@ file outside the run folder that a run's answer depends on.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 import orjson
 
 from loadgen.client.endpoint import endpoint_label, endpoint_path
+from loadgen.client.endpoint_options import EndpointOptions
 from loadgen.client.protocol.sse import BadStream, SSEParser
 from loadgen.client.settings import RunSettings
 from loadgen.redaction import Secrets
@@ -53,6 +54,8 @@ __all__ = [
     "PROBE_TIMEOUT_S",
     "PROBE_CAP_BYTES",
     "PROBE_HEADER",
+    "probe_path",
+    "send_probe",
 ]
 
 PROBE_MAX_TOKENS = 3  # two output chunks at least, so running usage shows on one before the end
@@ -62,6 +65,7 @@ PROBE_PROMPT = "Say hello."
 PROBE_HEADER = "X-Loadgen-Probe"  # on the probe's request only
 # 4xx answers that are about the caller (key, model, rate), not about the body's fields
 _NOT_ABOUT_THE_BODY = frozenset({401, 403, 404, 408, 429})
+_DETAIL_BYTES = 2048  # of an answer that is not 200, this much is kept to say why (the preflight's line)
 
 Key = tuple[str, str, str]
 _REMEMBERED: dict[Key, bool] = {}
@@ -77,6 +81,10 @@ class PerChunkUsage:
     how: str
     supported: bool | None
     why: str = ""
+    # the probe's HTTP status (None: not sent, or no answer) and, when not 200, its body's start
+    # (cleaned, redacted): what the preflight's route check reads; not part of the decision
+    status: int | None = field(default=None, compare=False)
+    detail: str = field(default="", compare=False)
 
     def json(self) -> dict[str, Any]:
         """run.json's ``per_chunk_usage``."""
@@ -117,24 +125,49 @@ def detect(
     if key in _REMEMBERED:
         known = _REMEMBERED[key]
         return PerChunkUsage(known, "remembered", known)
+    answer = send_probe(settings, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
+    if answer.supported is not None:
+        _REMEMBERED[key] = answer.supported
+    return answer
+
+
+def probe_path(api: str) -> str:
+    """The route a request of ``api`` goes to, below the base URL."""
+    return "/chat/completions" if api == "chat" else "/completions"
+
+
+def send_probe(
+    settings: RunSettings,
+    url: str,
+    model: str,
+    *,
+    api_key: str | None,
+    run_id: str = "",
+    secrets: Secrets | None = None,
+    continuous_usage: bool = True,
+) -> PerChunkUsage:
+    """Send the probe (asking for running usage unless told not to) with the run's endpoint
+    options; what it found, its HTTP status and, when that is not 200, what the body said."""
     t = settings.timeouts
-    supported, why = asyncio.run(
-        probe_continuous_usage(
-            endpoint_path(url, "/chat/completions" if settings.api == "chat" else "/completions"),
-            probe_body(settings, model),
+    http = settings.http
+    secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, headers=http.secret_values(), url=url)
+    supported, why, status, detail = asyncio.run(
+        _probe(
+            endpoint_path(url, probe_path(settings.api)),
+            probe_body(settings, model, continuous_usage=continuous_usage),
             settings.api,
-            headers=probe_headers(api_key, run_id),
+            headers=probe_headers(api_key, run_id, http),
             timeout_s=min(PROBE_TIMEOUT_S, t.connect + t.first_byte, t.total),
             connect_s=t.connect,
-            secrets=secrets if secrets is not None else Secrets.of(api_key=api_key, url=url),
+            cap_bytes=PROBE_CAP_BYTES,
+            secrets=secrets,
+            http=http,
         )
     )
-    if supported is not None:
-        _REMEMBERED[key] = supported
-    return PerChunkUsage(supported is True, "probe", supported, why)
+    return PerChunkUsage(supported is True, "probe", supported, why, status, detail)
 
 
-def probe_body(settings: RunSettings, model: str) -> bytes:
+def probe_body(settings: RunSettings, model: str, *, continuous_usage: bool = True) -> bytes:
     """The probe's request: a one-line prompt, ``max_tokens`` 3, the run's extra body and
     ignore_eos (so it is a request the endpoint takes as it takes the run's), running usage asked."""
     conv = Conversation(None)
@@ -146,18 +179,18 @@ def probe_body(settings: RunSettings, model: str) -> bytes:
         PROBE_MAX_TOKENS,
         ignore_eos=settings.ignore_eos,
         extra=settings.extra_body,
-        continuous_usage=True,
+        continuous_usage=continuous_usage,
+        max_tokens_field=settings.max_tokens_field,
     )
 
 
-def probe_headers(api_key: str | None, run_id: str = "") -> dict[str, str]:
+def probe_headers(api_key: str | None, run_id: str = "", http: EndpointOptions | None = None) -> dict[str, str]:
     """The engine's request headers, and a request id and ``X-Loadgen-Probe`` by which a server's
     log (or the simulator's ground truth) tells the probe from the run's requests. No
     ``X-Loadgen-Run`` / ``X-Loadgen-Seq``: the probe is no request of the schedule."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
     headers[PROBE_HEADER] = "per-chunk-usage"
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    headers.update((http if http is not None else EndpointOptions()).request_headers(api_key))
     if run_id:
         headers["X-Request-Id"] = f"{run_id}-usage-probe"
     return headers
@@ -173,23 +206,51 @@ async def probe_continuous_usage(
     connect_s: float | None = None,
     cap_bytes: int = PROBE_CAP_BYTES,
     secrets: Secrets | None = None,
+    http: EndpointOptions | None = None,
 ) -> tuple[bool | None, str]:
     """POST ``body`` to ``url`` (the full request URL) and read until the first output chunk:
     (True, why) when it carries usage, (False, why) when it does not or the body was refused
     (a 400-class answer), (None, why) when the answer cannot tell."""
-    secrets = secrets if secrets is not None else Secrets()
+    supported, why, _, _ = await _probe(
+        url,
+        body,
+        api,
+        headers=headers,
+        timeout_s=timeout_s,
+        connect_s=connect_s,
+        cap_bytes=cap_bytes,
+        secrets=secrets if secrets is not None else Secrets(),
+        http=http if http is not None else EndpointOptions(),
+    )
+    return supported, why
+
+
+async def _probe(
+    url: str,
+    body: bytes,
+    api: str,
+    *,
+    headers: dict[str, str],
+    timeout_s: float,
+    connect_s: float | None,
+    cap_bytes: int,
+    secrets: Secrets,
+    http: EndpointOptions,
+) -> tuple[bool | None, str, int | None, str]:
+    """``probe_continuous_usage``'s answer, the HTTP status and (not 200) the body's start."""
     connect = min(connect_s, timeout_s) if connect_s is not None else None
-    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect)
     try:
-        async with aiohttp.ClientSession(timeout=timeout, skip_auto_headers=("User-Agent",)) as http:
-            async with http.post(url, data=body, headers=headers) as resp:
+        async with http.session(timeout_s, connect_s=connect, skip_auto_headers=("User-Agent",)) as session:
+            async with session.post(url, data=body, headers=headers, **http.request_kwargs(url)) as resp:
                 if resp.status != 200:
                     refused = 400 <= resp.status < 500 and resp.status not in _NOT_ABOUT_THE_BODY
-                    return (False if refused else None), f"HTTP {resp.status}"
-                return await _first_output(resp.content, api, cap_bytes)
+                    said = await resp.content.read(_DETAIL_BYTES)
+                    detail = clean_text(secrets.redact(said.decode("utf-8", "replace")), 200)
+                    return (False if refused else None), f"HTTP {resp.status}", resp.status, detail
+                return (*await _first_output(resp.content, api, cap_bytes), 200, "")
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadStream) as e:
         what = "timed out" if isinstance(e, asyncio.TimeoutError) else f"{type(e).__name__}: {e}"
-        return None, clean_text(secrets.redact(what), 200)
+        return None, clean_text(secrets.redact(what), 200), None, ""
 
 
 async def _first_output(content: aiohttp.StreamReader, api: str, cap_bytes: int) -> tuple[bool | None, str]:

@@ -1,7 +1,7 @@
 """The simulated OpenAI-compatible server: HTTP in front of a timing model.
 
-Speaks chat and completions, streaming and not, with usage (and vLLM-style
-``continuous_usage_stats``), ``/v1/models``, ``/tokenize`` and Prometheus
+Speaks chat, completions and the Responses API (``responses.py``), streaming and not, with usage
+(and vLLM-style ``continuous_usage_stats``), ``/v1/models``, ``/tokenize`` and Prometheus
 ``/metrics``. What it streams has the shape real servers send (see
 ENDPOINTS.md): a role-only first chat chunk, one chunk per token, a finish
 chunk, a ``choices: []`` usage chunk, ``[DONE]``; a configured share of chat answers are
@@ -30,6 +30,7 @@ from aiohttp import HttpVersion11, web
 from loadgen.sim.answer import SimConfig, SseFrames, apply_stop, natural_length, word_index
 from loadgen.sim.faults import FaultPlan, plan_for
 from loadgen.sim.model import FixedModel, SimRequest, TimingModel
+from loadgen.sim.responses import ResponsesFrames, chat_view, prompt_text, response_object, usage_of
 from loadgen.sim.stream_writer import CUT, STALL, StreamWriter
 from loadgen.sim.tool_calls import ToolCall, finish_reason_of, tool_call_for
 from loadgen.workload.tokenizer import BUILTIN, WORDS
@@ -63,6 +64,7 @@ class SimServer:
             [
                 web.post("/v1/chat/completions", self.chat),
                 web.post("/v1/completions", self.completions),
+                web.post("/v1/responses", self.responses),
                 web.get("/v1/models", self.models),
                 web.get("/metrics", self.metrics),
                 web.get("/health", self.health),
@@ -135,7 +137,10 @@ class SimServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
 
-    def _parse(self, raw: bytes, chat: bool) -> tuple[dict[str, Any], str] | web.Response:
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False, responses=True)
+
+    def _parse(self, raw: bytes, chat: bool, responses: bool = False) -> tuple[dict[str, Any], str] | web.Response:
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -150,29 +155,34 @@ class SimServer:
                 "model_not_found",
             )
         try:
-            if chat:
+            if responses:
+                text = prompt_text(body)
+            elif chat:
                 msgs = body["messages"]
                 text = "".join(str(m.get("content") or "") for m in msgs)
             else:
                 prompt = body["prompt"]
                 text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
         except (KeyError, TypeError, AttributeError):
-            field_name = "messages" if chat else "prompt"
+            field_name = "input" if responses else "messages" if chat else "prompt"
             return _error(400, f"'{field_name}' is required and must be well-formed", "invalid_request_error")
         return body, text
 
-    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, chat: bool, responses: bool = False) -> web.StreamResponse:
         arrival = time.perf_counter_ns()
         # Handling a request costs the engine's core ~0.5 ms (more for a long prompt): done in the
         # gaps between engine steps, so that a burst of arrivals delays admissions, not tokens.
         await self.model.headroom(_ARRIVAL_NS + _BODY_BYTE_NS * (request.content_length or 0))
-        parsed = self._parse(await request.read(), chat)
+        parsed = self._parse(await request.read(), chat, responses)
         if isinstance(parsed, web.Response):
             return parsed
         body, text = parsed
         cfg = self.config
         prompt_ids = BUILTIN.encode(text)
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if responses:
+            max_tokens = body.get("max_output_tokens")
+        else:
+            max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
             return _error(400, "max_tokens must be a non-negative integer", "invalid_request_error")
         room = cfg.max_model_len - len(prompt_ids)
@@ -208,12 +218,21 @@ class SimServer:
 
         req = SimRequest(rid=rid, prompt_ids=prompt_ids, max_tokens=n_out, arrival_ns=arrival)
         seq = int(seq_header) if seq_header and seq_header.isdigit() else self._seq
-        tool = tool_call_for(body, prompt_ids, seq, rid, cfg.tool_calls, cfg.tool_call_shape) if chat else None
+        asked = chat_view(body) if responses else body
+        tool = (
+            tool_call_for(asked, prompt_ids, seq, rid, cfg.tool_calls, cfg.tool_call_shape)
+            if chat or responses
+            else None
+        )
         req.tool_call = tool is not None
         stop = body.get("stop")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str)]
         self.model.submit(req)
         try:
+            if responses:
+                if body.get("stream"):
+                    return await self._stream_responses(request, req, finish, plan, stops, tool)
+                return await self._whole_responses(req, finish, stops, tool)
             if body.get("stream"):
                 return await self._stream(request, req, body, chat, finish, plan, stops, tool)
             return await self._whole(req, chat, finish, stops, tool)
@@ -308,6 +327,56 @@ class SimServer:
                 final.append(frames.usage(self._usage(req, w.sent)))
             final.append(b"data: [DONE]\n\n")
             await resp.write_eof(b"".join(final))  # one write: the last frames and the chunked end
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            req.cancelled = True
+            raise
+        finally:
+            w.direct = False
+            req.sink = req.prepare = None
+        return resp
+
+    async def _whole_responses(
+        self, req: SimRequest, finish: str, stops: list[str], tool: ToolCall | None
+    ) -> web.Response:
+        """A whole Responses answer: the ``response`` object, its one output item and its usage."""
+        while not req.finished:
+            await req.wait()
+        await self.model.headroom(_FINISH_NS)
+        full = "".join(" " + WORDS[word_index(req, k)] for k in range(req.emitted))
+        text, n, finish = apply_stop(full, n_words=req.emitted, stops=stops, finish=finish)
+        frames = ResponsesFrames(req.rid, self.config.model_name, tool)
+        status = "incomplete" if finish == "length" else "completed"
+        cut = "max_output_tokens" if finish == "length" else None
+        out = response_object(frames, [frames.item(text, status)], status, usage_of(self._usage(req, n)), cut)
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    async def _stream_responses(
+        self,
+        request: web.Request,
+        req: SimRequest,
+        finish: str,
+        plan: FaultPlan,
+        stops: list[str],
+        tool: ToolCall | None,
+    ) -> web.StreamResponse:
+        """Stream one Responses answer (responses.py): as ``_stream``, in that API's events."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        if request.version == HttpVersion11:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        frames = ResponsesFrames(req.rid, self.config.model_name, tool)
+        w = StreamWriter(req, frames, self.config, plan, stops, None, resp.chunked)
+        w.fast = False  # each event has its sequence number: not the fixed bytes the fast path writes
+        try:
+            await resp.write(frames.opening())  # at receipt, a tool call's header with it
+            if not await self._relay(request, resp, w, headers_sent=True):
+                return resp
+            req.sink = req.prepare = None
+            await self.model.headroom(_FINISH_NS)
+            full = "".join(" " + WORDS[word_index(req, k)] for k in range(w.sent))
+            text = apply_stop(full, n_words=w.sent, stops=stops, finish=finish)[0]
+            length = w.finish is None and finish == "length"
+            await resp.write_eof(frames.closing(text, length, usage_of(self._usage(req, w.sent))))
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             req.cancelled = True
             raise

@@ -77,6 +77,7 @@ def build_body(
     ignore_eos: bool = True,
     extra: dict[str, Any] | None = None,
     continuous_usage: bool = False,
+    max_tokens_field: str = "max_tokens",
 ) -> bytes:
     """The JSON body of a streaming request; usage is always asked for.
 
@@ -86,7 +87,8 @@ def build_body(
     ``stream_options`` object is merged into loadgen's rather than replacing it, so setting
     one option there does not silently drop ``include_usage``; a key it names explicitly
     (``"include_usage": false``) still wins, and a ``stream_options`` that is not an object
-    replaces loadgen's whole."""
+    replaces loadgen's whole. ``max_tokens_field`` names the length field: ``max_tokens``,
+    ``max_completion_tokens`` (newer OpenAI-style servers) or ``both``."""
     options: dict[str, Any] = {"include_usage": True}
     if continuous_usage:
         options["continuous_usage_stats"] = True
@@ -94,8 +96,11 @@ def build_body(
         "model": model,
         "stream": True,
         "stream_options": options,
-        "max_tokens": max_tokens,
     }
+    if max_tokens_field != "max_completion_tokens":
+        body["max_tokens"] = max_tokens
+    if max_tokens_field != "max_tokens":
+        body["max_completion_tokens"] = max_tokens
     if api == "chat":
         body["messages"] = conv.messages
     else:
