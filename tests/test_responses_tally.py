@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
@@ -11,9 +13,9 @@ from loadgen.client.protocol.sse import BadStream
 from loadgen.workload.tokenizer import BUILTIN
 
 
-def ev(obj: dict) -> bytes:
+def ev(obj: dict[str, Any]) -> bytes:
     """One event as OpenAI sends it: its ``event:`` line, then its data."""
-    return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+    return b"event: " + str(obj["type"]).encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
 
 def delta(kind: str, text: str) -> bytes:
@@ -130,7 +132,7 @@ def test_failed_and_error_events_are_stream_errors_with_the_servers_words() -> N
         ({"output_tokens": 2, "input_tokens_details": {"cached_tokens": 2.5}}, "usage.cached_tokens"),
     ],
 )
-def test_impossible_usage_is_dropped_and_said(usage: dict, problem: str) -> None:
+def test_impossible_usage_is_dropped_and_said(usage: dict[str, Any], problem: str) -> None:
     tally = fed(delta("output_text", "a"), completed(usage))
     assert len(tally.problems) == 1 and tally.problems[0].startswith(problem)
     counts, total, _ = tally.reconcile()

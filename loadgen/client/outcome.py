@@ -16,7 +16,7 @@ from __future__ import annotations
 from loadgen.client.config import EngineConfig
 from loadgen.client.protocol.chunk_errors import StreamError
 from loadgen.client.protocol.sse import BadStream
-from loadgen.client.protocol.tally import StreamTally
+from loadgen.client.protocol.tallies import Tally
 from loadgen.client.transport import Exchange, WireError
 from loadgen.records import Record
 from loadgen.redaction import Secrets
@@ -81,7 +81,7 @@ def not_sent(rec: Record, why: str) -> Record:
     return rec
 
 
-def judge(rec: Record, ex: Exchange, tally: StreamTally, t_end: int, say: Say) -> None:
+def judge(rec: Record, ex: Exchange, tally: Tally, t_end: int, say: Say) -> None:
     """The status of an exchange whose answer came back (the transport returned); ``t_end`` is
     when its body's last read arrived. How a 200 stream ended is kept (``stream_end``,
     records.STREAM_ENDS): ``done`` and ``finish`` (a finish_reason, then the body closed without
@@ -117,7 +117,7 @@ def judge_error(rec: Record, e: Exception, say: Say) -> None:
         rec.status, rec.error = "client_error", say(f"internal error ({type(e).__name__}: {e})")
 
 
-def fill(rec: Record, tally: StreamTally, t_done: int, keep_text: bool, say: Say) -> None:
+def fill(rec: Record, tally: Tally, t_done: int, keep_text: bool, say: Say) -> None:
     """Copy what the tally saw into ``rec``: times, counts, and the impossible values it bounded
     (``tally.problems``, a note in ``error`` that leaves the status as it is)."""
     rec.t_done = t_done

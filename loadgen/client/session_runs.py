@@ -24,7 +24,7 @@ import orjson
 from loadgen.client.config import EngineConfig, LiveCounters, Timeouts
 from loadgen.client.fingerprint import Traffic, first_request, later_request
 from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, not_sent
-from loadgen.client.protocol.tally import StreamTally
+from loadgen.client.protocol.tallies import Tally, new_tally
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
 from loadgen.records import Record, RecordWriter
@@ -76,7 +76,7 @@ class _Inflight:
     __slots__ = ("task", "tally", "deadline_first", "deadline_total", "idle_ns", "why", "_clock", "_loop", "_timer")
 
     def __init__(
-        self, task: asyncio.Task[Any] | None, tally: StreamTally, start: int, t: Timeouts, clock: Clock
+        self, task: asyncio.Task[Any] | None, tally: Tally, start: int, t: Timeouts, clock: Clock
     ) -> None:
         self.task = task
         self.tally = tally
@@ -288,7 +288,7 @@ class SessionRuns:
             extra=extra,
             continuous_usage=cfg.continuous_usage,
         )
-        tally = StreamTally(cfg.api, keep_text=keep_text, tokenizer=engine.tokenizer)
+        tally = new_tally(cfg.api, keep_text=keep_text, tokenizer=engine.tokenizer)
         ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
@@ -329,7 +329,7 @@ class SessionRuns:
         self._finish(rec, tally)
         return rec, tally.text
 
-    async def _exchange(self, rec: Record, tally: StreamTally, ex: Exchange) -> None:
+    async def _exchange(self, rec: Record, tally: Tally, ex: Exchange) -> None:
         engine = self.engine
         engine.live.sent += 1
         try:
@@ -356,7 +356,7 @@ class SessionRuns:
         run.last, unsalted = later_request(run.last, run.first, turn_no, turn.max_tokens, answer, turn.text)
         self.engine.traffic.add(run.last, unsalted)
 
-    def _finish(self, rec: Record, tally: StreamTally) -> None:
+    def _finish(self, rec: Record, tally: Tally) -> None:
         engine = self.engine
         try:
             # an answer that came back ended at its last read (``_exchange``); a failure, now

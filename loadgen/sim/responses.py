@@ -68,7 +68,10 @@ def usage_of(chat_usage: dict[str, Any]) -> dict[str, Any]:
     """The Responses usage for the chat usage the server computed (server._usage)."""
     return {
         "input_tokens": chat_usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": chat_usage["prompt_tokens_details"]["cached_tokens"]},
+        "input_tokens_details": {
+            "cached_tokens": chat_usage["prompt_tokens_details"]["cached_tokens"],
+            "cache_write_tokens": 0,
+        },
         "output_tokens": chat_usage["completion_tokens"],
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": chat_usage["total_tokens"],
