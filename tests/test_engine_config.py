@@ -36,7 +36,7 @@ def test_a_bad_timeout_is_refused_naming_its_flag(field: str, value: Any, messag
     [
         ("url", "ftp://host/v1", "--endpoint 'ftp://host/v1'"),
         ("model", "  ", "--model '  '"),
-        ("api", "responses", "--api 'responses'"),
+        ("api", "assistants", "--api 'assistants'"),
         ("max_inflight", 0, "--max-inflight 0"),
         ("max_inflight", MAX_INFLIGHT + 1, "--max-inflight 1000001"),
         ("max_inflight", 2.5, "--max-inflight 2.5"),

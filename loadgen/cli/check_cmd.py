@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 
+from loadgen.cli.endpoint_flags import add_endpoint_options, endpoint_options_of, warn_insecure
 from loadgen.cli.flags import bounded_int
 from loadgen.cli.run_cmd import POSITIVE_SECONDS, preflight, resolve_endpoint
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
-from loadgen.conformance.check_items import ITEMS, LEVELS
+from loadgen.conformance.check_items import ITEMS, LEVELS, RESPONSES_ITEMS
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    fails = "; ".join(f"{k}: {v}" for k, v in ITEMS.items() if LEVELS[k] == "fail")
-    warns = "; ".join(f"{k}: {v}" for k, v in ITEMS.items() if LEVELS[k] == "warn")
+    items = {**ITEMS, **RESPONSES_ITEMS}
+    fails = "; ".join(f"{k}: {v}" for k, v in items.items() if LEVELS[k] == "fail")
+    warns = "; ".join(f"{k}: {v}" for k, v in items.items() if LEVELS[k] == "warn")
     p = sub.add_parser(
         "check",
         help="check an endpoint's OpenAI compatibility and honesty (stream, usage, limits, errors)",
@@ -31,6 +33,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="OpenAI base URL (default: $OPENAI_BASE_URL, else the built-in simulator on loopback)",
     )
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
+    g.add_argument(
+        "--api",
+        choices=("chat", "responses"),
+        default="chat",
+        help="the battery: chat (the chat and completions routes) or responses (POST /v1/responses) "
+        "(default: %(default)s)",
+    )
     g.add_argument(
         "--api-key-env",
         default=None,
@@ -83,12 +92,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="write a Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when set)",
     )
     o.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON (default: not written)")
+    add_endpoint_options(p)
     add_sim_options(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     import asyncio
+    from dataclasses import replace
 
     from loadgen.client.run import target
     from loadgen.client.settings import api_key_from_env
@@ -99,7 +110,9 @@ def main(args: argparse.Namespace) -> int:
     preflight(args)  # the event loop and the simulator's options, before anything is started or sent
     tokenizer = get_tokenizer(args.tokenizer) if args.tokenizer else None
     api_key = api_key_from_env(args.api_key_env)
-    with target(resolve_endpoint(args), sim_args(args)) as (url, _):
+    http = endpoint_options_of(args)  # header values read now: a missing variable or file, before anything starts
+    warn_insecure(http)
+    with target(resolve_endpoint(args), sim_args(args)) as (url, is_sim):
         opts = CheckOptions(
             url=url,
             model=args.model,
@@ -110,6 +123,8 @@ def main(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             context_len=args.context_len,
             strict=args.strict,
+            api=args.api,
+            http=replace(http, proxies=False) if is_sim else http,
         )
         outcome = asyncio.run(run_check(opts))
     print_outcome(outcome)

@@ -12,11 +12,13 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadgen.cli.endpoint_flags import add_endpoint_options, endpoint_options_of, warn_insecure
 from loadgen.cli.flags import bounded_int, finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, slo_of
 from loadgen.cli.overrides import add_set_flag, parse_sets
 from loadgen.cli.sim_cmd import add_sim_options, check_sim_options, sim_args
 from loadgen.client.config import MAX_INFLIGHT, Timeouts
+from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS
 from loadgen.client.settings import (
     DEFAULT_CLOSED_REQUESTS,
     DEFAULT_DURATION_S,
@@ -71,7 +73,11 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
     g.add_argument(
-        "--api", choices=("chat", "completions"), default=RUN_DEFAULTS["api"], help="API to call (default: %(default)s)"
+        "--api",
+        choices=("chat", "completions", "responses"),
+        default=RUN_DEFAULTS["api"],
+        help="API to call: chat, completions or responses (the Responses API, POST /v1/responses) "
+        "(default: %(default)s)",
     )
     g.add_argument(
         "--server-metrics",
@@ -86,6 +92,21 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="read the API key from $NAME (default $OPENAI_API_KEY); it is never written anywhere",
     )
+    g.add_argument(
+        "--max-tokens-field",
+        choices=MAX_TOKENS_FIELDS,
+        default=RUN_DEFAULTS["max_tokens_field"],
+        help="the request field of the answer's length; newer OpenAI-style servers want "
+        "max_completion_tokens (default: %(default)s)",
+    )
+    g.add_argument(
+        "--no-preflight",
+        dest="preflight",
+        action="store_false",
+        help="skip the checks before the schedule (the model is listed by /models, one tiny request "
+        "is not refused with HTTP 401, 403 or 404)",
+    )
+    add_endpoint_options(p)
 
 
 def add_traffic_options(p: argparse.ArgumentParser) -> None:
@@ -552,6 +573,9 @@ def shared_settings(args: argparse.Namespace, workload: Workload | None = None) 
         "server_metrics": args.server_metrics,
         "per_chunk_usage": args.per_chunk_usage,
         "tokenizer": resolve_tokenizer(args, workload),
+        "http": endpoint_options_of(args),
+        "max_tokens_field": args.max_tokens_field,
+        "preflight": args.preflight,
     }
 
 
@@ -567,6 +591,7 @@ def main(args: argparse.Namespace) -> int:
     workload = resolve_workload(args, salt=salt.text)
     settings = settings_from_args(args, workload)
     api_key = api_key_from_env(args.api_key_env)
+    warn_insecure(settings.http)
     sent = what_is_sent(args, settings, workload)
     if sent:
         print(sent)

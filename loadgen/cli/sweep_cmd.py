@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loadgen.cli.endpoint_flags import warn_insecure
 from loadgen.cli.flags import finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, gate_profile
 from loadgen.cli.overrides import add_set_flag
@@ -318,6 +319,7 @@ def main(args: argparse.Namespace) -> int:
         args.slo = None  # no SLO: nothing for --gate to judge by (it says so)
     gate_profile(args)  # --gate's profile, tolerance and baseline
     api_key = api_key_from_env(args.api_key_env)
+    warn_insecure(settings.base.http)
     out = Path(args.out) if args.out else Path("runs") / new_run_id()
 
     from rich.console import Console

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import numpy as np
 import orjson
 
+from loadgen.client.endpoint import endpoint_label, endpoint_path
+from loadgen.client.endpoint_options import EndpointOptions
 from loadgen.errors import EndpointError
 from loadgen.workload.text import rng
 from loadgen.workload.tokenizer import Tokenizer, get_tokenizer
@@ -68,15 +71,24 @@ def fit(samples: list[tuple[int, int]]) -> tuple[float, float]:
 
 
 def _root(base_url: str) -> str:
-    base = base_url.rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
+    """The server's root (``/tokenize`` lives there, not under ``/v1``), its query kept."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    return urlunsplit(parts._replace(path=path[: -len("/v1")] if path.endswith("/v1") else path))
 
 
-async def _post(
-    http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
-) -> tuple[int, Any]:
+class _Conn(NamedTuple):
+    """One calibration's session, with the headers and endpoint options of each request."""
+
+    http: aiohttp.ClientSession
+    headers: dict[str, str]
+    options: EndpointOptions
+
+
+async def _post(conn: _Conn, url: str, body: dict[str, Any]) -> tuple[int, Any]:
     try:
-        async with http.post(url, data=orjson.dumps(body), headers=headers) as resp:
+        kwargs = conn.options.request_kwargs(url)
+        async with conn.http.post(url, data=orjson.dumps(body), headers=conn.headers, **kwargs) as resp:
             raw = await resp.read()
             if resp.status != 200:
                 return resp.status, None
@@ -104,9 +116,10 @@ def _usage_count(data: Any) -> int | None:
     return int(n) if isinstance(n, int) else None
 
 
-async def _discover(http: aiohttp.ClientSession, base: str, headers: dict[str, str]) -> str | None:
+async def _discover(conn: _Conn, base: str) -> str | None:
     try:
-        async with http.get(base.rstrip("/") + "/models", headers=headers) as resp:
+        url = endpoint_path(base, "/models")
+        async with conn.http.get(url, headers=conn.headers, **conn.options.request_kwargs(url)) as resp:
             if resp.status == 200:
                 return str(orjson.loads(await resp.read())["data"][0]["id"])
     except (
@@ -131,23 +144,24 @@ async def calibrate(
     lengths: tuple[int, ...] = DEFAULT_LENGTHS,
     seed: int = 0,
     timeout_s: float = 60.0,
+    http_options: EndpointOptions | None = None,
 ) -> Calibration:
-    """Probe ``base_url`` (an OpenAI base URL, ``http://host:port/v1``); see module doc."""
+    """Probe ``base_url`` (an OpenAI base URL, ``http://host:port/v1``); see module doc. The
+    endpoint options (headers, the key's header, TLS, proxies) are the run's, as for its traffic."""
+    options = http_options if http_options is not None else EndpointOptions()
     tok = get_tokenizer(tokenizer)
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    headers = {"Content-Type": "application/json", **options.request_headers(api_key)}
     probes = [(n, tok.words(n, rng(seed, _TAG_PROBE, n))) for n in lengths]
     expected = [tok.count(text) for _, text in probes]
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    async with options.session(timeout_s) as http:
+        conn = _Conn(http, headers, options)
         if model is None:
-            model = await _discover(http, base_url, headers)
+            model = await _discover(conn, base_url)
         with_model = {"model": model} if model else {}
-        counts = await _tokenize_probes(http, base_url, with_model, probes, headers)
+        counts = await _tokenize_probes(conn, base_url, with_model, probes)
         method = "tokenize"
         if counts is None:
-            counts, method = await _usage_probes(http, base_url, with_model, probes, headers)
+            counts, method = await _usage_probes(conn, base_url, with_model, probes)
     samples = list(zip(expected, counts, strict=True))
     ratio, overhead = fit(samples)
     return Calibration(
@@ -156,21 +170,16 @@ async def calibrate(
 
 
 async def _tokenize_probes(
-    http: aiohttp.ClientSession,
-    base_url: str,
-    with_model: dict[str, Any],
-    probes: list[tuple[int, str]],
-    headers: dict[str, str],
+    conn: _Conn, base_url: str, with_model: dict[str, Any], probes: list[tuple[int, str]]
 ) -> list[int] | None:
     """Exact counts from ``/tokenize``, or None when the server has none (or one probe fails)."""
     counts: list[int] = []
     for _, text in probes:
         # vLLM reads "prompt", llama.cpp "content"; both ignore the other.
         status, data = await _post(
-            http,
-            _root(base_url) + "/tokenize",
+            conn,
+            endpoint_path(_root(base_url), "/tokenize"),
             {**with_model, "prompt": text, "content": text, "add_special_tokens": False},
-            headers,
         )
         n = _tokenize_count(data) if status == 200 else None
         if n is None:
@@ -180,13 +189,9 @@ async def _tokenize_probes(
 
 
 async def _usage_probes(
-    http: aiohttp.ClientSession,
-    base_url: str,
-    with_model: dict[str, Any],
-    probes: list[tuple[int, str]],
-    headers: dict[str, str],
+    conn: _Conn, base_url: str, with_model: dict[str, Any], probes: list[tuple[int, str]]
 ) -> tuple[list[int], str]:
-    base = base_url.rstrip("/")
+    base = endpoint_label(base_url)  # for the message: never the query (it may hold a key)
     last = 0
     for api, path in (("completions", "/completions"), ("chat", "/chat/completions")):
         counts: list[int] = []
@@ -196,7 +201,7 @@ async def _usage_probes(
                 body["messages"] = [{"role": "user", "content": text}]
             else:
                 body["prompt"] = text
-            last, data = await _post(http, base + path, body, headers)
+            last, data = await _post(conn, endpoint_path(base_url, path), body)
             n = _usage_count(data) if last == 200 else None
             if n is None:
                 break

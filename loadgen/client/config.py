@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from loadgen.workload.session import Session
 
 __all__ = [
+    "APIS",
+    "api_path",
     "Timeouts",
     "TIMEOUT_FLAGS",
     "EngineConfig",
@@ -39,7 +41,21 @@ MAX_INFLIGHT = 1_000_000
 DEFAULT_MAX_INFLIGHT = 10_000  # a safety cap; reaching it is reported, never silent
 _BUFSIZE = (4 * 1024, 1 << 30)  # a read buffer from 4 KiB to 1 GiB
 _MAX_SHARDS = 4096
-_APIS = ("chat", "completions")
+# chat and completions stream chunks, responses streams typed events (the Responses API), and
+# embeddings and rerank answer one JSON body (pooled: prefill only, no output tokens)
+APIS = ("chat", "completions", "responses", "embeddings", "rerank")
+_PATHS = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "responses": "/responses",
+    "embeddings": "/embeddings",
+    "rerank": "/rerank",
+}
+
+
+def api_path(api: str) -> str:
+    """The route a request of ``api`` goes to, below the base URL (``/chat/completions``, ...)."""
+    return _PATHS[api]
 
 
 def _positive(flag: str, value: object, hi: float, unit: str) -> None:
@@ -117,8 +133,8 @@ class EngineConfig:
             raise ConfigError(f"--endpoint {self.url!r}: expected an OpenAI base URL like http://127.0.0.1:8000/v1")
         if not isinstance(self.model, str) or not self.model.strip():
             raise ConfigError(f"--model {self.model!r}: give a model name")
-        if self.api not in _APIS:
-            raise ConfigError(f"--api {self.api!r}: use chat or completions")
+        if self.api not in APIS:
+            raise ConfigError(f"--api {self.api!r}: use one of {', '.join(APIS)}")
         if not isinstance(self.timeouts, Timeouts):
             raise ConfigError(f"EngineConfig.timeouts {self.timeouts!r}: must be a Timeouts")
         _integer("--max-inflight", self.max_inflight, 1, MAX_INFLIGHT)
@@ -138,7 +154,7 @@ class EngineConfig:
 
     @property
     def path(self) -> str:
-        return "/chat/completions" if self.api == "chat" else "/completions"
+        return api_path(self.api)
 
     @property
     def request_url(self) -> str:

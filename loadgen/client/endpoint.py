@@ -28,6 +28,7 @@ __all__ = [
     "model_ids",
     "parse_models",
     "MODELS_CAP_BYTES",
+    "MODELS_TIMEOUT_S",
 ]
 
 MODELS_CAP_BYTES = 1 << 20  # a list of models is kilobytes; 1 MiB is already absurd

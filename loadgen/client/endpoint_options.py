@@ -16,24 +16,25 @@ they all reach the endpoint the same way:
   for ``~/.netrc``, on every request). ``proxies=False`` ignores them (the built-in simulator).
 
 Plain data that pickles (the SSL context is built where it is used, ``ssl_context``), so a
-worker process is given the same options. ``repr`` and ``json`` never show a header's value.
+worker process is given the same options; importing it imports nothing heavy (ssl, urllib.request
+and aiohttp come when used). ``repr`` and ``json`` never show a header's value.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-from urllib.request import getproxies, proxy_bypass
 
 from loadgen.errors import ConfigError
-from loadgen.redaction import url_secrets
+from loadgen.redaction import Secrets, url_secrets
 
 if TYPE_CHECKING:
+    import ssl
+
     import aiohttp
 
 __all__ = ["EndpointOptions", "parse_header", "MAX_TOKENS_FIELDS", "HEADER_FILE_CAP_BYTES"]
@@ -141,6 +142,8 @@ class EndpointOptions:
         bundle, a client certificate or ``insecure`` asks for a context of their own."""
         if not (self.ca_bundle or self.client_cert or self.insecure):
             return True
+        import ssl
+
         try:
             ctx = ssl.create_default_context()
             if self.ca_bundle:
@@ -159,6 +162,8 @@ class EndpointOptions:
         """The proxy the environment names for ``url`` (None: go direct), ``NO_PROXY`` honoured."""
         if not self.proxies:
             return None
+        from urllib.request import getproxies, proxy_bypass  # not at import time: http.client, email...
+
         parts = urlsplit(url)
         host = parts.hostname or ""
         proxy = getproxies().get(parts.scheme)
@@ -192,7 +197,13 @@ class EndpointOptions:
         """The credentials in the environment's proxy URLs (redacted like the key)."""
         if not self.proxies:
             return ()
+        from urllib.request import getproxies
+
         return tuple(s for u in getproxies().values() for s in url_secrets(u))
+
+    def secrets(self, api_key: str | None, url: str | None) -> Secrets:
+        """A run's secrets: its key, every header value, the proxy's and the URL's credentials."""
+        return Secrets.of(api_key=api_key, headers=(*self.secret_values(), *self.proxy_secrets()), url=url)
 
     def json(self) -> dict[str, Any]:
         """What run.json's settings keep: header names (never values), the TLS files, ``insecure``."""

@@ -79,7 +79,10 @@ class Engine:
             transport
             if transport is not None
             else AiohttpTransport(
-                config.request_url, connect_timeout_s=config.timeouts.connect, read_bufsize=config.read_bufsize
+                config.request_url,
+                connect_timeout_s=config.timeouts.connect,
+                read_bufsize=config.read_bufsize,
+                http=config.http,
             )
         )
         self.live = LiveCounters()
@@ -87,14 +90,13 @@ class Engine:
         self.fast_path = FastPath(False, "the run has not started")  # what the transport said at the start
         self.stop_reason: str | None = None  # why the run was stopped (``stop``), if it was
         self.drain_cut = False  # a second stop ended the drain early
-        self.secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=config.url)
+        self.secrets = secrets if secrets is not None else config.http.secrets(api_key, config.url)
         self.say = Say(self.secrets)
         # counts each output chunk's text when the stream has no running usage (loaded once: a file)
         self.tokenizer: Tokenizer | None = get_tokenizer(config.tokenizer) if config.tokenizer else None
         self.probe = LoopProbe(clock)  # the client's self-check: loop lag and read lateness
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers.update(config.http.request_headers(api_key))  # the key's header and every -H header
         self._holds = HoldQueue(clock)  # requests held for their instants (sent from reads too)
         self.sessions = SessionRuns(self, headers)
         self._drained = False

@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,13 @@ import numpy as np
 
 from loadgen import clock
 from loadgen.client.config import LiveCounters
-from loadgen.client.endpoint import discover_model, endpoint_label
+from loadgen.client.endpoint import endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
 from loadgen.client.point import run_engine
+from loadgen.client.preflight import preflight
 from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
-from loadgen.client.usage_probe import PerChunkUsage, detect, resolved
+from loadgen.client.usage_probe import PerChunkUsage, resolved
 from loadgen.records import compact, make_folder, read_records, tool_info, write_json
 from loadgen.redaction import REDACTED, Secrets
 from loadgen.run_folder import mark_finished, mark_running
@@ -49,6 +51,7 @@ __all__ = [
     "execute",
     "run_point",
     "target",
+    "for_target",
     "host_info",
     "new_run_id",
     "command_line",
@@ -143,6 +146,11 @@ def cancelled_at_cut(run_dir: Path, point: int | None = None) -> int:
     )
 
 
+def for_target(settings: RunSettings, is_sim: bool) -> RunSettings:
+    """``settings`` as sent to the target: the built-in simulator (on loopback) never through a proxy."""
+    return replace(settings, http=replace(settings.http, proxies=False)) if is_sim else settings
+
+
 @contextmanager
 def target(endpoint: str | None, sim_flags: list[str]) -> Iterator[tuple[str, bool]]:
     """Yield (base URL, is_simulator): the given endpoint, or a fresh simulator process
@@ -174,7 +182,7 @@ def run_point(
 ) -> dict[str, Any]:
     """One load point, in this process or sharded over ``settings.workers`` processes. The live
     view reads the engine (``on_engine``) here, or each worker's counters (``on_live``) there."""
-    secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, url=url)
+    secrets = secrets if secrets is not None else settings.http.secrets(api_key, url)
     if settings.workers <= 1:
         return clock.run(
             run_engine(
@@ -254,12 +262,12 @@ def execute(
     before the target is started or asked anything."""
     make_folder(out, force=force)
     run_id = new_run_id()
-    secrets = Secrets.of(api_key=api_key, url=settings.endpoint)
+    secrets = settings.http.secrets(api_key, settings.endpoint)
     stopper = Stopper()
     with catching_signals(stopper):
         with target(settings.endpoint, sim_flags or []) as (url, is_sim):
-            model = settings.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
-            usage = detect(settings, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
+            settings = for_target(settings, is_sim)
+            model, usage = preflight(settings, url, is_sim=is_sim, api_key=api_key, run_id=run_id, secrets=secrets)
             meta = start_state(
                 _meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets, salt, usage)
             )

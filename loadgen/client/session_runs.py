@@ -12,6 +12,9 @@ Each request's timeouts (config.Timeouts) are watched by one timer of its own (`
 armed at the earliest limit that could pass and, when it fires with none passed, re-armed at
 the next: one timer per request, fired rarely (reads do not touch it), so a deadline is met
 to within the loop's timer resolution (~1 ms) at any rate.
+
+A request offering ``tools`` has its answer's calls captured, counted (``tool_calls``), and sent
+back by the next turn with a ``role: tool`` message each (``workload.session.Conversation``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from loadgen.client.protocol.tallies import Tally, new_tally
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
 from loadgen.records import Record, RecordWriter
-from loadgen.workload.session import Conversation, Session, Turn, build_body
+from loadgen.workload.session import Conversation, Session, ToolCall, Turn, build_body
 from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["Ahead", "Host", "SessionRuns"]
@@ -75,9 +78,7 @@ class _Inflight:
 
     __slots__ = ("task", "tally", "deadline_first", "deadline_total", "idle_ns", "why", "_clock", "_loop", "_timer")
 
-    def __init__(
-        self, task: asyncio.Task[Any] | None, tally: Tally, start: int, t: Timeouts, clock: Clock
-    ) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None, tally: Tally, start: int, t: Timeouts, clock: Clock) -> None:
         self.task = task
         self.tally = tally
         self.deadline_first = start + int(t.first_byte * 1e9)
@@ -117,7 +118,7 @@ class _Inflight:
 class _Run:
     """One session in its task: what a stop or the end of the drain may cut."""
 
-    __slots__ = ("task", "session", "t_start", "started", "ex", "children", "cut", "first", "last")
+    __slots__ = ("task", "session", "t_start", "started", "ex", "children", "cut", "first", "last", "answer", "called")
 
     def __init__(self, session: Session, t_start: int) -> None:
         self.task: asyncio.Task[None] | None = None
@@ -129,6 +130,8 @@ class _Run:
         self.cut: str | None = None  # why the engine cut it off
         self.first = 0  # the salt-free digest of its first request (its later turns are keyed by it)
         self.last = 0  # the exact digest of its latest request (the next one's chains from it)
+        self.answer = ""  # the text of its latest answer (the next request repeats it)
+        self.called = 0  # the tool calls of its latest answer (the next request answers each)
 
     @property
     def on_wire(self) -> bool:
@@ -234,13 +237,14 @@ class SessionRuns:
                 conv.add_turn(turn)
                 keep = engine.cfg.keep_text or k + 1 < len(turns)
                 try:
-                    rec, text = await self._request(run, turn, k, conv, t_sched, keep)
+                    rec, text, calls = await self._request(run, turn, k, conv, t_sched, keep)
                 finally:
                     done = k + 1  # recorded, however it ended
                 if rec.status != "ok":
                     cause = f"turn {k} of its session ended {rec.status}"
                     break
-                conv.add_answer(text)
+                conv.add_answer(text, calls)
+                run.answer, run.called = text, len(calls)
                 if k + 1 < len(turns):
                     t_sched = (rec.t_done or engine.clock()) + turns[k + 1].think_ns
         except asyncio.CancelledError:
@@ -273,7 +277,7 @@ class SessionRuns:
 
     async def _request(
         self, run: _Run, turn: Turn, turn_no: int, conv: Conversation, t_sched: int, keep_text: bool
-    ) -> tuple[Record, str]:
+    ) -> tuple[Record, str, tuple[ToolCall, ...]]:
         engine = self.engine
         cfg, live, session = engine.cfg, engine.live, run.session
         seq = self._next_seq()
@@ -289,6 +293,8 @@ class SessionRuns:
             continuous_usage=cfg.continuous_usage,
         )
         tally = new_tally(cfg.api, keep_text=keep_text, tokenizer=engine.tokenizer)
+        if extra.get("tools") and cfg.api != "completions":  # tools offered: their calls go back next turn
+            tally.capture_tool_calls()
         ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
@@ -298,7 +304,7 @@ class SessionRuns:
                 live.capped += 1
             async with self._slots:
                 if engine.stopped:  # a slot freed after the stop: nothing more goes out
-                    return self._unsent(rec, f"not sent: {engine.stop_cause}"), ""
+                    return self._unsent(rec, f"not sent: {engine.stop_cause}"), "", ()
                 # its timeouts run from its instant (a request prepared early is not waiting yet)
                 me = _Inflight(asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock)
                 live.inflight += 1
@@ -309,7 +315,7 @@ class SessionRuns:
                     me.end()
                     live.inflight -= 1
                     if ex.t_sent is not None:  # after the exchange: hashing never delays a write
-                        self._fingerprint(run, turn_no, turn, conv, body)
+                        self._fingerprint(run, turn_no, turn, body)
         except asyncio.CancelledError:
             if me is not None and me.why:  # cut off by a timeout: recorded as that, the session ends
                 rec.status, rec.error = "timeout", me.why
@@ -327,7 +333,7 @@ class SessionRuns:
         finally:
             run.ex = None
         self._finish(rec, tally)
-        return rec, tally.text
+        return rec, tally.text, tally.tool_calls or ()
 
     async def _exchange(self, rec: Record, tally: Tally, ex: Exchange) -> None:
         engine = self.engine
@@ -344,7 +350,7 @@ class SessionRuns:
         finally:  # what the wire saw, however it ended
             rec.t_sent, rec.t_headers, rec.http_status = ex.t_sent, ex.t_headers, ex.status
 
-    def _fingerprint(self, run: _Run, turn_no: int, turn: Turn, conv: Conversation, body: bytes) -> None:
+    def _fingerprint(self, run: _Run, turn_no: int, turn: Turn, body: bytes) -> None:
         """Count a request written to the wire in the run's traffic fingerprints (client.fingerprint)."""
         if turn_no == 0:
             salt = run.session.salt
@@ -352,8 +358,10 @@ class SessionRuns:
             run.last, run.first = first_request(body, salt_json, orjson.dumps(self.engine.cfg.model))
             self.engine.traffic.add(run.last, run.first)
             return
-        answer = conv.messages[-2]["content"]  # the previous answer, before this turn's message
-        run.last, unsalted = later_request(run.last, run.first, turn_no, turn.max_tokens, answer, turn.text)
+        # what it adds: the tool results for the previous answer's calls, if it made any, and the text
+        added = f"\x00tools {run.called}\x00" if run.called else ""
+        added += turn.text + turn.follow_up
+        run.last, unsalted = later_request(run.last, run.first, turn_no, turn.max_tokens, run.answer, added)
         self.engine.traffic.add(run.last, unsalted)
 
     def _finish(self, rec: Record, tally: Tally) -> None:
@@ -361,6 +369,7 @@ class SessionRuns:
         try:
             # an answer that came back ended at its last read (``_exchange``); a failure, now
             fill(rec, tally, rec.t_done or engine.clock(), engine.cfg.keep_text, engine.say)
+            rec.tool_calls = tally.tool_call_count
         except Exception as e:  # a bug in the tally: the record is still written
             rec.status = "client_error"
             rec.error = engine.say(f"internal error recording the answer ({type(e).__name__}: {e})")

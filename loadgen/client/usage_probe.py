@@ -33,6 +33,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadgen.client.config import api_path
 from loadgen.client.endpoint import endpoint_label, endpoint_path
 from loadgen.client.endpoint_options import EndpointOptions
 from loadgen.client.protocol.sse import BadStream, SSEParser
@@ -54,7 +55,6 @@ __all__ = [
     "PROBE_TIMEOUT_S",
     "PROBE_CAP_BYTES",
     "PROBE_HEADER",
-    "probe_path",
     "send_probe",
 ]
 
@@ -131,11 +131,6 @@ def detect(
     return answer
 
 
-def probe_path(api: str) -> str:
-    """The route a request of ``api`` goes to, below the base URL."""
-    return "/chat/completions" if api == "chat" else "/completions"
-
-
 def send_probe(
     settings: RunSettings,
     url: str,
@@ -153,7 +148,7 @@ def send_probe(
     secrets = secrets if secrets is not None else Secrets.of(api_key=api_key, headers=http.secret_values(), url=url)
     supported, why, status, detail = asyncio.run(
         _probe(
-            endpoint_path(url, probe_path(settings.api)),
+            endpoint_path(url, api_path(settings.api)),
             probe_body(settings, model, continuous_usage=continuous_usage),
             settings.api,
             headers=probe_headers(api_key, run_id, http),

@@ -12,7 +12,8 @@ proves in ``ITEMS``; docs/conformance.md says more.
 This module sends the requests (``Checker``, ``run_check``); what it reads off
 the socket is ``exchange`` (``Wire``, ``Stream``, ``LoopWatch``), the items and
 the pure verdicts on them are ``check_items`` (the timing ones on ``arrivals``),
-and the two items that go through the official client are ``openai_client``.
+and the two items that go through the official client are ``openai_client``. With
+``api="responses"`` the battery is the Responses API's (``check_responses``) instead.
 Everything the endpoint sends is untrusted: bodies are read up to a cap, every
 request has a timeout, and every text made of them has the run's secrets (its API
 key, the credentials in its URL, ``loadgen.redaction``) removed and is cleaned
@@ -27,15 +28,16 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
 
-from loadgen.client.endpoint import endpoint_label
+from loadgen.client.endpoint import endpoint_label, endpoint_path
+from loadgen.client.endpoint_options import EndpointOptions
 from loadgen.conformance.check_items import (
     ITEMS,
     error_shape,
@@ -48,6 +50,7 @@ from loadgen.conformance.check_items import (
     usage_present,
     verdict,
 )
+from loadgen.conformance.check_responses import responses_battery, skipped
 from loadgen.conformance.check_tokens import ignore_eos, max_tokens, usage_matches
 from loadgen.conformance.ci_outputs import Case, Outcome
 from loadgen.conformance.exchange import LoopWatch, Stream, Wire
@@ -66,6 +69,7 @@ _MAX_BODY = 4 << 20  # a non-streamed answer, an error, /v1/models (hundreds of 
 _STALE_RETRIES = 8  # each failed try drops one dead pooled connection; a fresh one ends it
 _BAD_MODEL = "loadgen-check-no-such-model"
 _EVIDENCE = 1000  # characters of an item's evidence
+S = TypeVar("S", bound=Stream)  # a chat or completions Stream, or a ResponsesStream
 _RANK = ("fail", "inconclusive", "skip", "pass")  # of a timing item's two measurements, the better stands
 
 
@@ -82,11 +86,13 @@ class CheckOptions:
     max_tokens: int = 64
     context_len: int | None = None  # for the over-long prompt; else asked of the endpoint
     strict: bool = False  # a WARN fails the check too
+    api: str = "chat"  # "chat": the chat and completions battery; "responses": check_responses's
+    http: EndpointOptions = field(default_factory=EndpointOptions)  # headers, key header, TLS, proxy
 
     @property
     def secrets(self) -> Secrets:
-        """The check's secrets: its API key and the credentials in its URL."""
-        return Secrets.of(api_key=self.api_key, url=self.url)
+        """The check's secrets: its API key, its header values and the credentials in its URL."""
+        return self.http.secrets(self.api_key, self.url)
 
 
 class Checker:
@@ -106,8 +112,7 @@ class Checker:
     # -- wire ---------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        if self.o.api_key:
-            h["Authorization"] = f"Bearer {self.o.api_key}"
+        h.update(self.o.http.request_headers(self.o.api_key))
         return h
 
     async def request(self, method: str, url: str, body: bytes | None = None, *, cap: int = _MAX_BODY) -> Wire:
@@ -128,7 +133,12 @@ class Checker:
         stale = False
         try:
             async with self.http.request(
-                method, url, data=body, headers=self._headers(), trace_request_ctx=ctx
+                method,
+                url,
+                data=body,
+                headers=self._headers(),
+                trace_request_ctx=ctx,
+                **self.o.http.request_kwargs(url),
             ) as resp:
                 w.status, w.content_type = resp.status, resp.headers.get("Content-Type", "")
                 w.content_encoding = resp.headers.get("Content-Encoding", "")
@@ -163,12 +173,18 @@ class Checker:
 
     async def stream(self, api: str, prompt: str, **extra: Any) -> Stream:
         path = "/chat/completions" if api == "chat" else "/completions"
-        wire = await self.request("POST", self.o.url + path, self.body(api, prompt, **extra), cap=_MAX_STREAM)
+        wire = await self.request(
+            "POST", endpoint_path(self.o.url, path), self.body(api, prompt, **extra), cap=_MAX_STREAM
+        )
         return Stream.read(wire, api)
 
     # -- the battery ----------------------------------------------------------------------
     async def run(self) -> list[Case]:
-        cases = [await self._timed("models-list", self.models_list)]
+        cases = [await self.timed("models-list", self.models_list)]
+        if self.o.api == "responses":
+            if self.model is None:
+                return cases + skipped("no model to ask for: pass --model")
+            return cases + await responses_battery(self, LONG_PROMPT)
         if self.model is None:
             return cases + [
                 item_case(k, "skip", "no model to ask for: pass --model") for k in ITEMS if k != "models-list"
@@ -177,21 +193,21 @@ class Checker:
         (b, c_wire), rest = await asyncio.gather(self._second_pair(), self._independent_items(a))
         tok, limit = self.o.tokenizer, self.o.max_tokens
         cases += [
-            self._case("chat-stream-framing", *framing(a)),
-            self._case("completions-stream-framing", *framing(b)),
-            self._case("chat-role-first", *role_first(a)),
-            self._case("usage-present", *usage_present([a, b])),
-            self._case("usage-matches-stream", *usage_matches([a, b], tok)),
-            self._case("max-tokens", *max_tokens(a, limit, tok)),
-            self._case("non-stream-consistent", *non_stream(c_wire, a)),
+            self.case("chat-stream-framing", *framing(a)),
+            self.case("completions-stream-framing", *framing(b)),
+            self.case("chat-role-first", *role_first(a)),
+            self.case("usage-present", *usage_present([a, b])),
+            self.case("usage-matches-stream", *usage_matches([a, b], tok)),
+            self.case("max-tokens", *max_tokens(a, limit, tok)),
+            self.case("non-stream-consistent", *non_stream(c_wire, a)),
             *rest,
-            await self._timed("concurrent-streams", self.concurrent),
+            await self.timed("concurrent-streams", self.concurrent),
         ]
-        cases.append(await self._timed("real-streaming", lambda: self.real_streaming(a)))  # last: nothing else runs
+        cases.append(await self.timed("real-streaming", lambda: self.real_streaming(a)))  # last: nothing else runs
         order = list(ITEMS)
         return sorted(cases, key=lambda c: order.index(c.name))
 
-    def _case(self, name: str, status: str, message: str) -> Case:
+    def case(self, name: str, status: str, message: str) -> Case:
         """An item's case, its evidence (endpoint text) without the check's secrets."""
         return item_case(name, status, self.text(message, _EVIDENCE))
 
@@ -199,7 +215,8 @@ class Checker:
         """The completions stream and the non-streamed chat answer, for the items comparing them."""
         body = self.body("chat", LONG_PROMPT, stream=False)
         return await asyncio.gather(
-            self.stream("completions", LONG_PROMPT), self.request("POST", self.o.url + "/chat/completions", body)
+            self.stream("completions", LONG_PROMPT),
+            self.request("POST", endpoint_path(self.o.url, "/chat/completions"), body),
         )
 
     async def _independent_items(self, a: Stream) -> list[Case]:
@@ -213,9 +230,9 @@ class Checker:
             ("error-prompt-too-long", self.error_too_long),
             ("error-malformed-body", self.error_malformed),
         ]
-        return list(await asyncio.gather(*(self._timed(k, f) for k, f in items)))
+        return list(await asyncio.gather(*(self.timed(k, f) for k, f in items)))
 
-    async def watched(self, *streams: Awaitable[Stream]) -> list[Stream]:
+    async def watched(self, *streams: Awaitable[S]) -> list[S]:
         """Streams whose timing is judged, read while a ``LoopWatch`` notes when the client was free."""
         async with LoopWatch() as watch:
             got = await asyncio.gather(*streams)
@@ -223,7 +240,7 @@ class Checker:
             s.wire.looks = watch.looks
         return list(got)
 
-    async def _timed(self, name: str, fn: Callable[[], Awaitable[Case]]) -> Case:
+    async def timed(self, name: str, fn: Callable[[], Awaitable[Case]]) -> Case:
         t0 = time.perf_counter()
         try:
             case = await fn()
@@ -237,11 +254,11 @@ class Checker:
         better of the two stands (a busy moment of the client, or of the machine, must not
         decide it; a server that buffers does so both times)."""
         if first[0] not in ("fail", "inconclusive"):
-            return self._case(name, *first)
+            return self.case(name, *first)
         second = await again()
         best = max(first, second, key=lambda v: _RANK.index(v[0]) if v[0] in _RANK else 0)
         other = first if best is second else second
-        return self._case(name, best[0], f"{best[1]} (measured twice; the other time: {other[0]})")
+        return self.case(name, best[0], f"{best[1]} (measured twice; the other time: {other[0]})")
 
     async def real_streaming(self, a: Stream) -> Case:
         async def again() -> tuple[str, str]:
@@ -251,7 +268,7 @@ class Checker:
         return await self._timing("real-streaming", real_streaming(a), again)
 
     async def models_list(self) -> Case:
-        w = await self.request("GET", self.o.url + "/models")
+        w = await self.request("GET", endpoint_path(self.o.url, "/models"))
         data = w.json() if w.status == 200 else None
         ids = []
         if isinstance(data, dict) and isinstance(data.get("data"), list):
@@ -304,7 +321,15 @@ class Checker:
         assert self.model is not None  # run() asks nothing of a model it does not know
         o = self.o
         return await openai_client_item(
-            name, o.url, o.api_key, self.model, o.timeout_s, LONG_PROMPT, stream=stream, secrets=self.secrets
+            name,
+            o.url,
+            o.api_key,
+            self.model,
+            o.timeout_s,
+            LONG_PROMPT,
+            stream=stream,
+            secrets=self.secrets,
+            options=o.http,
         )
 
     async def error_unknown_model(self) -> Case:
@@ -312,14 +337,14 @@ class Checker:
         b["model"] = _BAD_MODEL
         return item_case(
             "error-unknown-model",
-            *error_shape(await self.request("POST", self.o.url + "/chat/completions", orjson.dumps(b))),
+            *error_shape(await self.request("POST", endpoint_path(self.o.url, "/chat/completions"), orjson.dumps(b))),
         )
 
     async def error_too_long(self) -> Case:
         limit = self.o.context_len or await self._context_len()
         words = (limit or 200_000) * 11 // 10 + 64
         body = self.body("chat", " the" * words, stream=False, max_tokens=1)
-        w = await self.request("POST", self.o.url + "/chat/completions", body)
+        w = await self.request("POST", endpoint_path(self.o.url, "/chat/completions"), body)
         if w.status == 200 and limit is None:
             return item_case(
                 "error-prompt-too-long", "skip", f"accepted a ~{words}-token prompt; context length unknown"
@@ -341,7 +366,8 @@ class Checker:
     async def error_malformed(self) -> Case:
         body = b'{"model": ' + orjson.dumps(self.model) + b', "messages": [{"role": "user", "content": "hi"}'
         return item_case(
-            "error-malformed-body", *error_shape(await self.request("POST", self.o.url + "/chat/completions", body))
+            "error-malformed-body",
+            *error_shape(await self.request("POST", endpoint_path(self.o.url, "/chat/completions"), body)),
         )
 
     async def concurrent(self) -> Case:
@@ -364,7 +390,7 @@ def check_session(opts: CheckOptions) -> aiohttp.ClientSession:
     trace = aiohttp.TraceConfig()
     trace.on_connection_reuseconn.append(reused)
     timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_connect=min(10.0, opts.timeout_s))
-    connector = aiohttp.TCPConnector(limit=4 * opts.streams + 16)
+    connector = aiohttp.TCPConnector(limit=4 * opts.streams + 16, ssl=opts.http.ssl_context())
     return aiohttp.ClientSession(timeout=timeout, connector=connector, read_bufsize=1 << 20, trace_configs=[trace])
 
 

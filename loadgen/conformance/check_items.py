@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ITEMS",
+    "RESPONSES_ITEMS",
     "LEVELS",
     "item_case",
     "combine",
     "framing",
+    "transport_problem",
     "role_first",
     "usage_present",
     "non_stream",
@@ -66,6 +68,20 @@ ITEMS: dict[str, str] = {
     "concurrent-streams": "several streams progress at once rather than one after another",
 }
 
+# The battery of ``loadgen check --api responses`` (check_responses.py), models-list first as above.
+RESPONSES_ITEMS: dict[str, str] = {
+    "models-list": ITEMS["models-list"],
+    "responses-stream-framing": "a Responses stream is well-formed SSE of JSON events, one terminal event "
+    "(response.completed / incomplete / failed) last",
+    "responses-event-shape": "every event has a type its event: line repeats, and sequence_number counts up from 0",
+    "responses-usage-present": "the terminal event carries usage with input_tokens and output_tokens",
+    "responses-usage-matches-stream": "usage.output_tokens equals the output deltas actually streamed",
+    "responses-max-output-tokens": "an answer never exceeds max_output_tokens",
+    "responses-text-done": "each output_text.done (and output_item.done) text is the concatenated deltas",
+    "responses-function-call": "a function call's argument deltas concatenated are its .done arguments",
+    "responses-openai-client": "the official openai client consumes the Responses stream",
+    "responses-real-streaming": "output deltas arrive spread over the answer, not in one late burst",
+}
 
 # What a nonconformance of each item costs (see the module): "fail" breaks measurement or honesty.
 _FAIL_LEVEL = (
@@ -77,8 +93,16 @@ _FAIL_LEVEL = (
     "openai-client-stream",
     "openai-client-nonstream",
     "real-streaming",
+    "responses-stream-framing",
+    "responses-event-shape",
+    "responses-usage-matches-stream",
+    "responses-max-output-tokens",
+    "responses-text-done",
+    "responses-function-call",
+    "responses-openai-client",
+    "responses-real-streaming",
 )
-LEVELS: dict[str, str] = {k: "fail" if k in _FAIL_LEVEL else "warn" for k in ITEMS}
+LEVELS: dict[str, str] = {k: "fail" if k in _FAIL_LEVEL else "warn" for k in {**ITEMS, **RESPONSES_ITEMS}}
 
 
 def item_case(name: str, status: str, message: str) -> Case:
@@ -87,7 +111,7 @@ def item_case(name: str, status: str, message: str) -> Case:
     level = LEVELS.get(name, "fail")
     if status == "fail" and level == "warn":
         status = "warn"
-    data = {"proves": ITEMS.get(name, ""), "level": level}
+    data = {"proves": ITEMS.get(name) or RESPONSES_ITEMS.get(name, ""), "level": level}
     return Case(name=name, status=status, message=message, suite="check", data=data)
 
 
@@ -101,13 +125,9 @@ def combine(verdicts: list[tuple[str, str]]) -> tuple[str, str]:
 
 
 def framing(s: Stream) -> tuple[str, str]:
-    if not s.ok():
-        return "fail", s.wire.brief()
-    if not s.wire.content_type.lower().startswith("text/event-stream"):
-        return "fail", f"Content-Type {s.wire.text(s.wire.content_type, 60)!r}, not text/event-stream"
-    encoding = s.wire.content_encoding.lower()
-    if encoding not in ("", "identity"):
-        return "fail", f"compressed (Content-Encoding: {s.wire.text(encoding, 40)}) although identity was asked"
+    problem = transport_problem(s)
+    if problem:
+        return "fail", problem
     if s.strict_error:
         return "fail", f"the stream does not parse: {s.strict_error}"
     if s.bad_events:
@@ -139,6 +159,19 @@ def framing(s: Stream) -> tuple[str, str]:
             "(loadgen run counts it ok, stream_end 'finish')"
         )
     return "pass", f"{seen}, then [DONE]"
+
+
+def transport_problem(s: Stream) -> str | None:
+    """What is wrong with a stream's exchange before its events are read: no 200 answer,
+    not an event stream, compressed although identity was asked; None when nothing is."""
+    if not s.ok():
+        return s.wire.brief()
+    if not s.wire.content_type.lower().startswith("text/event-stream"):
+        return f"Content-Type {s.wire.text(s.wire.content_type, 60)!r}, not text/event-stream"
+    encoding = s.wire.content_encoding.lower()
+    if encoding not in ("", "identity"):
+        return f"compressed (Content-Encoding: {s.wire.text(encoding, 40)}) although identity was asked"
+    return None
 
 
 def role_first(s: Stream) -> tuple[str, str]:

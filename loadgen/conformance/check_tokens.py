@@ -69,9 +69,10 @@ def _usage_match(s: Stream, tokenizer: Tokenizer | None) -> tuple[str, str]:
     )
 
 
-def max_tokens(a: Stream, limit: int, tokenizer: Tokenizer | None) -> tuple[str, str]:
-    """No answer exceeds max_tokens: judged by usage when it is there, by the output chunks
-    always (a lower bound), by a re-count only without usage, and then beyond its drift."""
+def max_tokens(a: Stream, limit: int, tokenizer: Tokenizer | None, name: str = "max_tokens") -> tuple[str, str]:
+    """No answer exceeds max_tokens (``name``: the API's word for it): judged by usage when it is
+    there, by the output chunks always (a lower bound), by a re-count only without usage, and
+    then beyond its drift."""
     if not a.ok():
         return "fail", a.wire.brief()
     ct, visible = a.completion_tokens, len(a.chunk_ns)
@@ -83,8 +84,8 @@ def max_tokens(a: Stream, limit: int, tokenizer: Tokenizer | None) -> tuple[str,
         over.append(f"tokenizer {n}")
     seen = f"usage {ct}, {visible} output chunks" + (f", tokenizer {n}" if n is not None else "")
     if over:
-        return "fail", f"max_tokens {limit}, but {' and '.join(over)}"
-    return "pass", f"max_tokens {limit}: {seen}, finish_reason {a.finish_reason!r}"
+        return "fail", f"{name} {limit}, but {' and '.join(over)}"
+    return "pass", f"{name} {limit}: {seen}, finish_reason {a.finish_reason!r}"
 
 
 def ignore_eos(got: list[Stream], n: int, tokenizer: Tokenizer | None) -> tuple[str, str]:

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from loadgen.client.protocol.sse import BadStream, SSEParser
+from loadgen.client.protocol.tallies import Tally
 from loadgen.client.protocol.tally import StreamTally
 from loadgen.redaction import Secrets
 from loadgen.untrusted import clean_text, token_count
@@ -100,7 +101,7 @@ class Stream:
     bad_events: list[bytes] = field(default_factory=list)
     objects: list[Any] = field(default_factory=list)
     usage: dict[str, Any] | None = None
-    tally: StreamTally | None = None
+    tally: Tally | None = None  # a ResponsesTally for a Responses stream (responses_stream.py)
     interp_error: str | None = None
     gen_ns: list[int] = field(default_factory=list)
 

@@ -5,7 +5,8 @@ are shown in several narrower tables, one row per load point in each, that fit a
 1280-px window (cells wrap; nothing scrolls). A percentile that censored samples make a
 lower bound is shown ``≥ x`` (``markup.pct_html``); an open interval end "unbounded".
 Columns that only some endpoints fill (TTFT to the first visible content, cached
-prompt tokens, reasoning tokens) appear only when a point has them. ITL's per-chunk token
+prompt tokens, reasoning tokens) appear only when a point has them, and so does the tool-call
+table (a run whose requests offered tools: ``analysis.tool_use``). ITL's per-chunk token
 source sits beside ITL (``analysis.stream_shape``); the client's own health (CPU, event-loop
 lag, read-stamp lateness: run.json's "client" block) is a table of its own.
 """
@@ -17,9 +18,10 @@ from typing import Any
 
 from loadgen.analysis.points import PointFigures, RunAnalysis
 from loadgen.analysis.stream_shape import itl_approximate, source_shares_text
+from loadgen.analysis.tool_use import ToolUse, tool_use
 from loadgen.report.markup import esc, fmt, fmt_ci, pct_html
 
-__all__ = ["points_section", "LATENCY_CAPTION", "HEALTH_CAPTION"]
+__all__ = ["points_section", "LATENCY_CAPTION", "HEALTH_CAPTION", "TOOLS_CAPTION"]
 
 LATENCY_CAPTION = (
     "Latencies in ms, from each request's intended send time; p99 with its 95% interval. "
@@ -191,6 +193,34 @@ def _cached_split(p: PointFigures) -> str:
     return f"{pct_html(hit, 50)} / {pct_html(miss, 50)}"
 
 
+TOOLS_CAPTION = (
+    "Of the ok answers to requests that offered tools: how many called one (the others did not, and their "
+    "session went on with the tool result as a user message), tool calls per answer, and the share of output "
+    "tokens that were tool-call arguments (the calling answers' output less their reported reasoning: exact "
+    "when an answer that calls says nothing else)."
+)
+
+
+def _tools(a: RunAnalysis) -> list[tuple[str, Cell]] | None:
+    """The tool-call columns (None when no point's requests offered tools)."""
+    sweep = "points" in a.meta
+    figures = {p.index: tool_use(a.table, p.summary.window, p.index if sweep else None) for p in a.points}
+    if all(tu is None for tu in figures.values()):
+        return None
+
+    def cell(f: Callable[[ToolUse], str]) -> Cell:
+        return lambda p: "-" if (tu := figures[p.index]) is None else f(tu)
+
+    return [
+        ("answers", cell(lambda tu: f"{tu.answers:,}")),
+        ("called a tool", cell(lambda tu: f"{tu.called:,} ({esc(fmt(tu.called_pct))}%)")),
+        ("did not call", cell(lambda tu: f"{tu.not_called:,}")),
+        ("calls per answer", cell(lambda tu: f"{tu.calls_per_answer:.2f}" if tu.answers else "-")),
+        ("per answer that called", cell(lambda tu: f"{tu.calls_per_calling_answer:.2f}" if tu.called else "-")),
+        ("argument tokens % of output", cell(lambda tu: esc(fmt(tu.argument_output_pct)))),
+    ]
+
+
 def points_section(a: RunAnalysis) -> str:
     """The "points" section: its tables, each with a caption of what it shows."""
     window = esc(a.points[0].summary.window.how) if a.points else ""
@@ -212,6 +242,8 @@ def points_section(a: RunAnalysis) -> str:
             _table(a, _users_and_tokens(a), "points-users"),
         ),
     ]
+    if (tools := _tools(a)) is not None:
+        blocks.append(("Tool calls", TOOLS_CAPTION, _table(a, tools, "points-tools")))
     if (health := _health(a)) is not None:
         blocks.append(("Client health", HEALTH_CAPTION, _table(a, health, "points-client")))
     body = "".join(

@@ -1,6 +1,7 @@
 """A single-point run on the terminal: header, latency and throughput tables, warnings (rich).
 
-ITL's line says where its per-chunk token counts came from (``analysis.stream_shape``);
+ITL's line says where its per-chunk token counts came from (``analysis.stream_shape``); a run
+whose requests offered tools has a line of how often its answers called one (``analysis.tool_use``);
 the client's health (CPU, event-loop lag, read-stamp lateness) has its own line before the
 warnings, whose first ones say how to read TTFT and ITL at all (``validity.FIRST_CODES``).
 
@@ -23,9 +24,10 @@ from loadgen.analysis.run_summary import RunReport
 from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.stream_shape import token_source_text
+from loadgen.analysis.tool_use import ToolUse, run_tool_use
 from loadgen.report.banner import banner_lines
 
-__all__ = ["print_run", "latency_table", "itl_line", "throughput_table", "token_lines", "load_label"]
+__all__ = ["print_run", "latency_table", "itl_line", "throughput_table", "token_lines", "tool_line", "load_label"]
 
 
 def print_run(report: RunReport, console: Console | None = None) -> None:
@@ -41,6 +43,8 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
     console.print(throughput_table(s))
     for line in token_lines(s):
         console.print(line)
+    if line := tool_line(run_tool_use(report.run_dir, s.window)):
+        console.print(Text(line))
     if report.sessions is not None and report.sessions.multi_turn:
         for line in report.sessions.lines():
             console.print(line)
@@ -157,6 +161,22 @@ def token_lines(s: Summary) -> list[str]:
             f"{s.reasoning_reported:,} requests that reported them)"
         )
     return out
+
+
+def tool_line(tu: ToolUse | None) -> str:
+    """How often the answers called a tool, calls per answer, and the arguments' share of the
+    output; "" when no request offered tools."""
+    if tu is None:
+        return ""
+    if not tu.answers:
+        return "tool calls: no ok answer to a request that offered tools"
+    return (
+        f"tool calls: {tu.called:,} of {tu.answers:,} answers called a tool ({_fmt(tu.called_pct)}%; "
+        f"{tu.not_called:,} did not), {tu.calls_per_answer:.2f} calls per answer"
+        + (f" ({tu.calls_per_calling_answer:.2f} per answer that called)" if tu.called else "")
+        + f"; arguments ~{_fmt(tu.argument_output_pct)}% of output tokens "
+        f"({tu.argument_tokens:,} of {tu.output_tokens:,})"
+    )
 
 
 def throughput_table(s: Summary) -> Table:

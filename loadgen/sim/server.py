@@ -30,6 +30,7 @@ from aiohttp import HttpVersion11, web
 from loadgen.sim.answer import SimConfig, SseFrames, apply_stop, natural_length, word_index
 from loadgen.sim.faults import FaultPlan, plan_for
 from loadgen.sim.model import FixedModel, SimRequest, TimingModel
+from loadgen.sim.pooled import pooled_routes
 from loadgen.sim.responses import ResponsesFrames, chat_view, prompt_text, response_object, usage_of
 from loadgen.sim.stream_writer import CUT, STALL, StreamWriter
 from loadgen.sim.tool_calls import ToolCall, finish_reason_of, tool_call_for
@@ -69,6 +70,7 @@ class SimServer:
                 web.get("/metrics", self.metrics),
                 web.get("/health", self.health),
                 web.post("/tokenize", self.tokenize),
+                *pooled_routes(self),  # /v1/embeddings, /v1/rerank, /rerank (pooled.py)
             ]
         )
 

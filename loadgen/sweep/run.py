@@ -34,14 +34,16 @@ from loadgen.analysis.points import PointJson, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
 from loadgen.analysis.validity import Caveat, Validity, point_caveats
 from loadgen.client.config import LiveCounters
-from loadgen.client.endpoint import discover_model, endpoint_label
+from loadgen.client.endpoint import endpoint_label
 from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper, catching_signals
+from loadgen.client.preflight import preflight
 from loadgen.client.run import (
     cancelled_at_cut,
     command_line,
     every_request_failed,
     finish_state,
+    for_target,
     host_info,
     new_run_id,
     run_point,
@@ -51,7 +53,7 @@ from loadgen.client.run import (
     target,
 )
 from loadgen.client.settings import RunSettings, settings_json
-from loadgen.client.usage_probe import detect, resolved
+from loadgen.client.usage_probe import resolved
 from loadgen.errors import ConfigError
 from loadgen.records import SCHEMA, compact, make_folder, read_stream, tool_info, write_json
 from loadgen.redaction import Secrets
@@ -214,11 +216,11 @@ def run_sweep(
     make_folder(out, force=force)
     run_id = new_run_id()
     flags = sim_flags or []
-    secrets = Secrets.of(api_key=api_key, url=settings.base.endpoint)
+    secrets = settings.base.http.secrets(api_key, settings.base.endpoint)
     stopper = Stopper()
     with catching_signals(stopper), target(settings.base.endpoint, flags) as (url, is_sim):
-        model = settings.base.model or asyncio.run(discover_model(url, api_key, secrets=secrets))
-        usage = detect(settings.base, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
+        settings = replace(settings, base=for_target(settings.base, is_sim))
+        model, usage = preflight(settings.base, url, is_sim=is_sim, api_key=api_key, run_id=run_id, secrets=secrets)
         meta = _meta(settings, make_workload(settings.salt or ""), url, is_sim, model, run_id, flags, secrets)
         meta = start_state({**salt.json(), **meta, "per_chunk_usage": usage.json()})
         settings = replace(settings, base=resolved(settings.base, usage))  # every point asks alike

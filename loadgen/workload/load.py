@@ -2,8 +2,9 @@
 
 ``load_workload`` validates all of the spec before any traffic, so a typo or a
 bad trace row fails in one line naming file, line and field instead of minutes
-into a run, and returns one of ``ChatWorkload``, ``RagWorkload``,
-``AgenticWorkload`` (``workload.synthetic``) or a trace replay
+into a run, and returns one of ``ChatWorkload``, ``RagWorkload``
+(``workload.synthetic``), ``AgenticWorkload`` (``workload.agentic``, its tools
+validated by ``workload.tools``) or a trace replay
 (``workload.traces.build``). The tokenizer and the ``tokens.ratio`` calibration
 become the workload's ``TextSource`` here, once, so every kind builds text the
 same way.
@@ -16,6 +17,7 @@ from typing import Any
 
 from loadgen.errors import ConfigError, LoadgenError, SpecError
 from loadgen.specfile import Fields, apply_overrides, builtin_dir, load_yaml
+from loadgen.workload.agentic import build_agentic
 from loadgen.workload.base import Workload
 from loadgen.workload.synthetic import build_synthetic
 from loadgen.workload.text import TextSource
@@ -97,7 +99,13 @@ def load_workload(
     f.string("description", "")
     text = _text_source(f, seed, salt, tokenizer)
     common = {"name": name, "seed": seed, "text": text, "source": file}
-    w = build_trace(f, common) if kind == "trace" else build_synthetic(kind, f, common)
+    w: Workload
+    if kind == "trace":
+        w = build_trace(f, common)
+    elif kind == "agentic":
+        w = build_agentic(f, common)
+    else:
+        w = build_synthetic(kind, f, common)
     f.finish()
     return w
 

@@ -5,16 +5,25 @@ becomes a sequence of ``Session``s; a plain request is a session of one turn.
 Within a session turns are closed-loop (turn k+1 is sent ``think_ns`` after
 turn k's answer ended, with that answer appended to the context); across
 sessions arrival is open-loop, from the schedule.
+
+Tool calls: a session whose ``extra`` offers ``tools`` (the agentic workload's) gets
+the answer's calls back (``ToolCall``, as the endpoint sent them: arguments are never
+parsed). The next turn then appends the assistant message with those calls and one
+``role: tool`` message per call (its ``tool_call_id`` the call's id, its content the
+turn's tool result), then the turn's own ``follow_up`` text as a user message if it has
+one. An answer without calls goes on as without tools: the tool result (and follow-up)
+is a user message, since a bare ``tool`` role without a call to answer is refused by
+servers that check the pairing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["Turn", "Session", "build_body", "Conversation"]
+__all__ = ["Turn", "Session", "ToolCall", "build_body", "Conversation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,9 +31,10 @@ class Turn:
     """One request of a session.
 
     ``text`` is what this turn appends to the context (a user message, or a tool
-    result when ``role == "tool"``). ``prompt_tokens`` is the requested size of
-    the whole prompt the endpoint will see for this turn, in the workload's
-    tokenizer (for records: requested vs reported).
+    result when ``role == "tool"``); ``follow_up`` a user message sent after the tool
+    results (agentic specs' ``follow_up``; "" for none). ``prompt_tokens`` is the
+    requested size of the whole prompt the endpoint will see for this turn, in the
+    workload's tokenizer (for records: requested vs reported).
     """
 
     text: str
@@ -33,6 +43,7 @@ class Turn:
     think_ns: int = 0
     role: str = "user"
     children: tuple[Session, ...] = ()  # subagent sessions run (concurrently) before this turn
+    follow_up: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,26 +57,52 @@ class Session:
     salt: str = ""
 
 
-class Conversation:
-    """The growing context of one session: system prompt, turns and answers."""
+class ToolCall(NamedTuple):
+    """One tool call of an answer, as the endpoint sent it (bounded and cleaned by the tally)."""
 
-    __slots__ = ("messages",)
+    id: str
+    name: str
+    arguments: str  # the argument text as sent: passed back, never parsed
+
+    def message(self) -> dict[str, Any]:
+        """The call as an assistant message's ``tool_calls`` entry."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+class Conversation:
+    """The growing context of one session: system prompt, turns and answers (see the module's note)."""
+
+    __slots__ = ("messages", "_calls")
 
     def __init__(self, system: str | None) -> None:
-        self.messages: list[dict[str, str]] = []
+        self.messages: list[dict[str, Any]] = []
+        self._calls: tuple[ToolCall, ...] = ()  # the last answer's calls, answered by the next turn
         if system:
             self.messages.append({"role": "system", "content": system})
 
     def add_turn(self, turn: Turn) -> None:
-        # A tool result is sent as a user message: not every server accepts a bare
-        # "tool" role without a matching tool_call id, and the prefix is the same.
-        self.messages.append({"role": "user", "content": turn.text})
+        calls, self._calls = self._calls, ()
+        if not calls:
+            self.messages.append({"role": "user", "content": turn.text + turn.follow_up})
+            return
+        tool = turn.role == "tool"
+        result = turn.text if tool else ""  # a user turn after calls: each call answered, empty
+        for call in calls:
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        own = turn.follow_up if tool else turn.text
+        if own:
+            self.messages.append({"role": "user", "content": own})
 
-    def add_answer(self, text: str) -> None:
-        self.messages.append({"role": "assistant", "content": text})
+    def add_answer(self, text: str, calls: tuple[ToolCall, ...] = ()) -> None:
+        """The answer: its text, or, when it called tools, the calls (content null)."""
+        if calls:
+            self.messages.append({"role": "assistant", "content": None, "tool_calls": [c.message() for c in calls]})
+        else:
+            self.messages.append({"role": "assistant", "content": text})
+        self._calls = calls
 
     def prompt_text(self) -> str:
-        return "".join(m["content"] for m in self.messages)
+        return "".join(m["content"] or "" for m in self.messages)
 
 
 def build_body(

@@ -1,4 +1,4 @@
-"""Synthetic workloads from a spec: chat, RAG and agentic sessions.
+"""Synthetic workloads from a spec: chat and RAG sessions (agentic ones: ``workload.agentic``).
 
 Each is a pure function of (spec, seed, session index). Text that should be the
 same across sessions (a shared system prompt, RAG document j) is drawn from a
@@ -27,11 +27,19 @@ from loadgen.workload.distributions import Distribution, Fixed, parse_distributi
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import Memo, TextSource, rng
 
-__all__ = ["ChatWorkload", "RagWorkload", "AgenticWorkload", "AgentProfile", "build_synthetic"]
+__all__ = [
+    "ChatWorkload",
+    "RagWorkload",
+    "build_synthetic",
+    "grow",
+    "shared_system",
+    "TAG_LEN",
+    "TAG_TEXT",
+    "TAG_SYSTEM",
+]
 
-_TAG_LEN, _TAG_TEXT, _TAG_SYSTEM = 1, 2, 3
+TAG_LEN, TAG_TEXT, TAG_SYSTEM = 1, 2, 3  # the streams of text and lengths (workload.agentic uses them too)
 _TAG_DOCLEN, _TAG_DOC, _TAG_PICK = 4, 5, 6
-_TAG_SUBSYSTEM, _TAG_CHILD_LEN, _TAG_CHILD_TEXT = 7, 8, 9
 _REUSE_HORIZON = 1000  # requests over which RAG reuse is reported
 _DOC_CACHE = 4096
 
@@ -47,13 +55,18 @@ def grow(
     later_role: str = "user",
     children: Callable[[int], tuple[Session, ...]] | None = None,
     max_context: int | None = None,
+    follows: np.ndarray | None = None,
+    follow_rng: Callable[[int], np.random.Generator] | None = None,
 ) -> tuple[Turn, ...]:
-    """Turns whose context grows by each text and answer; see the module docstring."""
+    """Turns whose context grows by each text (and later turns' ``follows``, a user
+    message after a tool result, drawn from ``follow_rng``) and answer; see the module
+    docstring."""
     turns: list[Turn] = []
     ctx = base
     for k in range(len(lens)):
         n, out = int(lens[k]), int(outs[k])
-        prompt = ctx + n
+        f = int(follows[k]) if follows is not None and follow_rng is not None and k else 0
+        prompt = ctx + n + f
         if k and max_context is not None and prompt + out > max_context:
             break
         turns.append(
@@ -64,6 +77,7 @@ def grow(
                 think_ns=round(float(thinks[k]) * 1e9) if k else 0,
                 role=later_role if k else "user",
                 children=children(k) if children and k else (),
+                follow_up=ts.words(f, follow_rng(k)) if f and follow_rng is not None else "",
             )
         )
         ctx = prompt + out
@@ -83,12 +97,12 @@ class ChatWorkload(Base):
     think: Distribution
 
     def _build(self, j: int) -> Session:
-        g = rng(self.seed, _TAG_LEN, j)
+        g = rng(self.seed, TAG_LEN, j)
         n = self.turns.one(g)
         lens, outs, thinks = self.input.sample(g, n), self.output.sample(g, n), self.think.sample(g, n)
         turns = grow(
             self.text,
-            lambda k: rng(self.seed, _TAG_TEXT, j, k),
+            lambda k: rng(self.seed, TAG_TEXT, j, k),
             base=self.system_tokens,
             lens=lens,
             outs=outs,
@@ -169,9 +183,9 @@ class RagWorkload(Base):
 
     def _build(self, j: int) -> Session:
         docs = self.docs(j)
-        g = rng(self.seed, _TAG_LEN, j)
+        g = rng(self.seed, TAG_LEN, j)
         q, out = self.question.one(g), self.output.one(g)
-        text = "".join(self.doc_text(d) for d in docs) + self.text.words(q, rng(self.seed, _TAG_TEXT, j, 0))
+        text = "".join(self.doc_text(d) for d in docs) + self.text.words(q, rng(self.seed, TAG_TEXT, j, 0))
         prompt = self.system_tokens + int(self.doc_lengths[docs].sum()) + q
         return Session(session=j, turns=(Turn(text=text, max_tokens=out, prompt_tokens=prompt),), system=self.system)
 
@@ -217,99 +231,10 @@ class RagWorkload(Base):
         }
 
 
-@dataclass(frozen=True)
-class AgentProfile:
-    """How one kind of agent behaves: the parent, or its subagents."""
-
-    system: str | None
-    system_tokens: int
-    first: Distribution
-    turns: Distribution
-    tool_result: Distribution
-    output: Distribution
-    think: Distribution
-    max_context: int | None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "system_tokens": self.system_tokens,
-            "first": self.first.describe(),
-            "turns": self.turns.describe(),
-            "tool_result": self.tool_result.describe(),
-            "output": self.output.describe(),
-            "think_s": self.think.describe(),
-            "max_context": self.max_context,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class AgenticWorkload(Base):
-    """Sessions of many turns: a task, then tool results, each after the answer.
-
-    Turn k > 0 appends the previous answer (the engine does) and a tool result
-    (``Turn.text``, role ``tool``) after a think/tool delay. With ``subagents``,
-    a turn may first run child sessions (each with its own shared system prompt)
-    while the parent waits; their result is that turn's tool result.
-    """
-
-    kind = "agentic"
-    agent: AgentProfile
-    sub: AgentProfile | None = None
-    sub_probability: float = 0.0
-    sub_count: Distribution = Fixed(value=1)
-
-    def _agent(
-        self, p: AgentProfile, key: tuple[int, ...], child: bool, children: Callable[[int], tuple[Session, ...]] | None
-    ) -> tuple[Turn, ...]:
-        tag_len, tag_text = (_TAG_CHILD_LEN, _TAG_CHILD_TEXT) if child else (_TAG_LEN, _TAG_TEXT)
-        g = rng(self.seed, tag_len, *key)
-        n = p.turns.one(g)
-        lens = p.tool_result.sample(g, n)
-        lens[0] = p.first.one(g)
-        outs, thinks = p.output.sample(g, n), p.think.sample(g, n)
-        return grow(
-            self.text,
-            lambda k: rng(self.seed, tag_text, *key, k),
-            base=p.system_tokens,
-            lens=lens,
-            outs=outs,
-            thinks=thinks,
-            later_role="tool",
-            children=children,
-            max_context=p.max_context,
-        )
-
-    def _children(self, j: int, k: int) -> tuple[Session, ...]:
-        sub = self.sub
-        if sub is None or self.sub_probability <= 0:
-            return ()
-        g = rng(self.seed, _TAG_CHILD_LEN, j, k)
-        if g.random() >= self.sub_probability:
-            return ()
-        return tuple(
-            Session(session=j, turns=self._agent(sub, (j, k, c), True, None), system=sub.system)
-            for c in range(self.sub_count.one(g))
-        )
-
-    def _build(self, j: int) -> Session:
-        turns = self._agent(self.agent, (j,), False, lambda k: self._children(j, k))
-        return Session(session=j, turns=turns, system=self.agent.system)
-
-    def _describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"agent": self.agent.describe()}
-        if self.sub is not None:
-            d["subagents"] = {
-                "probability": self.sub_probability,
-                "count": self.sub_count.describe(),
-                **self.sub.describe(),
-            }
-        return d
-
-
 # -- spec parsing --------------------------------------------------------------------
 
 
-def _system(f: Fields, key: str, ts: TextSource, seed: int, tag: int) -> tuple[str | None, int]:
+def shared_system(f: Fields, key: str, ts: TextSource, seed: int, tag: int) -> tuple[str | None, int]:
     """A shared system prompt: ``N`` or ``{tokens: N}`` (generated) or ``{text: "..."}``."""
     if not f.has(key):
         f.raw(key, None)
@@ -327,31 +252,10 @@ def _system(f: Fields, key: str, ts: TextSource, seed: int, tag: int) -> tuple[s
     return (ts.words(n, rng(seed, tag)), n) if n else (None, 0)
 
 
-def _profile(f: Fields, ts: TextSource, seed: int, tag: int, parent: AgentProfile | None) -> AgentProfile:
-    """The parent agent's profile (its lengths required), or the subagents' (any field
-    left out is the parent's)."""
-
-    def dist(key: str, default: Distribution | None = None, integer: bool = True) -> Distribution:
-        d = getattr(parent, key) if parent is not None else default
-        return parse_distribution(f, key, integer=integer, default=d)
-
-    system, system_tokens = _system(f, "system", ts, seed, tag)
-    return AgentProfile(
-        system=system,
-        system_tokens=system_tokens,
-        first=dist("first"),
-        turns=dist("turns"),
-        tool_result=dist("tool_result"),
-        output=dist("output"),
-        think=dist("think", Fixed(value=0.0, integer=False), integer=False),
-        max_context=f.number("max_context", parent.max_context if parent else None, integer=True, ge=1),
-    )
-
-
 def build_synthetic(kind: str, f: Fields, common: dict[str, Any]) -> Base:
     ts, seed = common["text"], common["seed"]
     if kind == "chat":
-        system, system_tokens = _system(f, "system", ts, seed, _TAG_SYSTEM)
+        system, system_tokens = shared_system(f, "system", ts, seed, TAG_SYSTEM)
         return ChatWorkload(
             **common,
             system=system,
@@ -362,7 +266,7 @@ def build_synthetic(kind: str, f: Fields, common: dict[str, Any]) -> Base:
             think=parse_distribution(f, "think", integer=False, default=Fixed(value=0.0, integer=False)),
         )
     if kind == "rag":
-        system, system_tokens = _system(f, "system", ts, seed, _TAG_SYSTEM)
+        system, system_tokens = shared_system(f, "system", ts, seed, TAG_SYSTEM)
         docs = f.sub("documents")
         count = docs.number("count", integer=True, ge=1)
         doc_tokens = parse_distribution(docs, "tokens")
@@ -382,12 +286,4 @@ def build_synthetic(kind: str, f: Fields, common: dict[str, Any]) -> Base:
             question=parse_distribution(f, "question"),
             output=parse_distribution(f, "output"),
         )
-    agent = _profile(f, ts, seed, _TAG_SYSTEM, None)
-    s = f.sub("subagents", None)
-    if s is None:
-        return AgenticWorkload(**common, agent=agent)
-    prob = s.number("probability", ge=0, le=1)
-    count = parse_distribution(s, "count", default=Fixed(value=1))
-    sub = _profile(s, ts, seed, _TAG_SUBSYSTEM, agent)
-    s.finish()
-    return AgenticWorkload(**common, agent=agent, sub=sub, sub_probability=float(prob), sub_count=count)
+    raise ValueError(f"not a chat or rag workload: {kind!r}")

@@ -13,7 +13,9 @@ Which events carry output, by the same contract as chat (DESIGN.md, TTFT/ITL): a
 ``response.reasoning_summary_text.delta`` (reasoning: output, not visible), or of
 ``response.function_call_arguments.delta`` (a tool call's arguments: output, not visible).
 ``response.output_item.added`` of a function call names the call (its name, empty
-arguments): like a chat tool call's header, it carries nothing and starts nothing. Every
+arguments): like a chat tool call's header, it carries nothing and starts nothing; when the
+request offered tools (``capture_tool_calls``) it opens a captured call, which the argument
+deltas and ``response.output_item.done`` fill (tool_calls.py). Every
 other event (lifecycle, content parts, ``*.done`` events repeating the whole text) carries
 nothing.
 
@@ -68,7 +70,8 @@ _OUTPUT: dict[str, bool] = {
     "response.function_call_arguments.delta": False,
 }
 _COMPLETED, _INCOMPLETE, _FAILED = "response.completed", "response.incomplete", "response.failed"
-_ADDED = "response.output_item.added"
+_ADDED, _ITEM_DONE = "response.output_item.added", "response.output_item.done"
+_ARGUMENTS = "response.function_call_arguments.delta"
 # incomplete_details.reason as the records' finish_reason says it (the chat word where there is one)
 _REASONS = {"max_output_tokens": "length"}
 _loads = orjson.loads
@@ -158,11 +161,16 @@ class ResponsesTally(StreamState):
         kind = obj.get("type")
         visible = _OUTPUT.get(kind) if type(kind) is str else None
         if visible is not None:
-            self._delta(obj.get("delta"), visible, t_ns)
-        elif kind == _ADDED:
+            delta = obj.get("delta")
+            self._delta(delta, visible, t_ns)
+            if kind == _ARGUMENTS and self._calls is not None and delta and type(delta) is str:
+                self._calls.delta(obj, delta)
+        elif kind == _ADDED or kind == _ITEM_DONE:
             item = obj.get("item")
             if item and item.get("type") == "function_call":
                 self._called = True
+                if self._calls is not None:
+                    (self._calls.added if kind == _ADDED else self._calls.done)(obj, item)
         elif kind == _COMPLETED or kind == _INCOMPLETE:
             self._terminal(obj.get("response"), kind == _COMPLETED)
         elif kind == _FAILED:

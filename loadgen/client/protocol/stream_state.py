@@ -14,10 +14,12 @@ from loadgen.client.protocol.choices import finish_reason
 from loadgen.client.protocol.chunk_texts import ChunkTexts
 from loadgen.client.protocol.template import plain
 from loadgen.client.protocol.token_counts import Reconciled, reconcile
+from loadgen.client.protocol.tool_calls import CallCapture
 from loadgen.client.protocol.usage import Problems, Usage
 from loadgen.untrusted import MAX_TEXT_CHARS, MAX_TOKEN_COUNT
 
 if TYPE_CHECKING:
+    from loadgen.workload.session import ToolCall
     from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["APIS", "StreamState"]
@@ -53,6 +55,7 @@ class StreamState:
         "_fed",
         "_texts",
         "_collect",
+        "_calls",
     )
 
     def __init__(self, api: str, keep_text: bool, tokenizer: Tokenizer | None) -> None:
@@ -79,6 +82,23 @@ class StreamState:
         # or once past its cap.
         self._texts = ChunkTexts(tokenizer) if tokenizer is not None else None
         self._collect = keep_text or tokenizer is not None  # an output chunk's text is kept somewhere
+        self._calls: CallCapture | None = None  # the answer's tool calls, once asked to capture them
+
+    def capture_tool_calls(self) -> None:
+        """Keep the answer's tool calls (the request offered tools): ``tool_calls`` gives them."""
+        if self._calls is None:
+            self._calls = CallCapture(self._problems)
+
+    @property
+    def tool_call_count(self) -> int | None:
+        """How many tool calls the answer made so far (``tool_calls``'s length, without building them)."""
+        return None if self._calls is None else len(self._calls)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...] | None:
+        """The answer's tool calls so far (tool_calls.py: bounded, cleaned, arguments as sent);
+        None unless ``capture_tool_calls`` was called."""
+        return None if self._calls is None else self._calls.calls()
 
     @property
     def prompt_tokens(self) -> int | None:

@@ -10,10 +10,11 @@ Which chunks carry output: a chat chunk whose ``choices[0].delta`` has non-empty
 arguments fragment; a completions chunk whose ``choices[0].text`` is non-empty.
 Role-only deltas (``content: ""`` or ``null``), a tool call's header (id, type and
 name, empty arguments), empty deltas and finish chunks carry none, so they never
-start TTFT. Reasoning text is output (it is generated, and timed for ITL), but only
-``content`` or ``text`` is visible content: ``t_first_content`` is the first chunk
-with that. loadgen asks for one choice (n = 1): a choice with another index is not
-counted, and said once in ``problems``.
+start TTFT. When the request offered tools (``capture_tool_calls``), the calls' ids,
+names and argument text are kept too (tool_calls.py). Reasoning text is output (it is
+generated, and timed for ITL), but only ``content`` or ``text`` is visible content:
+``t_first_content`` is the first chunk with that. loadgen asks for one choice (n = 1):
+a choice with another index is not counted, and said once in ``problems``.
 
 What the endpoint sent is untrusted: every token count is range-checked
 (``loadgen.untrusted.token_count``) before it is kept, the finish reason is
@@ -214,7 +215,7 @@ class StreamTally(StreamState):
         self.events += len(payloads)
         if self.done:
             return  # anything after [DONE] is not part of the answer
-        chat, keep, texts = self._chat, self.keep_text, self._texts
+        chat, keep, texts, calls = self._chat, self.keep_text, self._texts, self._calls
         first = self.t_first_content  # a local: read per output chunk
         i, n = 0, len(payloads)
         bulk = n >= BULK  # one try per read at counting a run in one go
@@ -261,6 +262,8 @@ class StreamTally(StreamState):
                     if chat:
                         delta = ch.get("delta")
                         if delta:
+                            if calls is not None and "tool_calls" in delta:  # the request offered tools
+                                calls.chat(delta["tool_calls"])
                             if sink is None and delta.get("content"):
                                 out = VISIBLE
                             else:
