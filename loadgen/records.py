@@ -116,6 +116,7 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("stream_end", pa.string()),  # how a 200 stream ended (STREAM_ENDS); null if none began
     pa.field("finish_reason", pa.string()),
     pa.field("tool_calls", pa.int32()),  # tool calls in the answer; null if the request offered no tools
+    pa.field("inputs", pa.int32()),  # embeddings inputs or rerank documents sent; null for other APIs
     pa.field("status", pa.string()),
     pa.field("http_status", pa.int32()),
     pa.field("error", pa.string()),
@@ -127,7 +128,7 @@ SCHEMA = pa.schema(_FIELDS)
 # reader can ignore, a major one changes a column's meaning. 1 (no version stamped): the schema
 # before issue 13/14. 1.1: status ``not_sent``, columns ``t_first_content`` and ``reasoning_tokens``,
 # and in a compacted file the derived columns and metadata analysis adds (``record_annotation``).
-# 1.2: columns ``stream_end`` and ``tool_calls``.
+# 1.2: columns ``stream_end``, ``tool_calls`` and ``inputs``; APIs responses, embeddings, rerank.
 SCHEMA_VERSION = "1.2"
 LOADGEN_VERSION_KEY = "loadgen.version"
 
@@ -167,6 +168,7 @@ class Record:
     stream_end: str | None = None
     finish_reason: str | None = None
     tool_calls: int | None = None
+    inputs: int | None = None
     status: str = "ok"
     http_status: int | None = None
     error: str | None = None

@@ -17,7 +17,7 @@ from loadgen.cli.flags import bounded_int, finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, slo_of
 from loadgen.cli.overrides import add_set_flag, parse_sets
 from loadgen.cli.sim_cmd import add_sim_options, check_sim_options, sim_args
-from loadgen.client.config import MAX_INFLIGHT, Timeouts
+from loadgen.client.config import APIS, MAX_INFLIGHT, Timeouts
 from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS
 from loadgen.client.settings import (
     DEFAULT_CLOSED_REQUESTS,
@@ -74,10 +74,10 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None, help="model to ask for (default: the first /v1/models lists)")
     g.add_argument(
         "--api",
-        choices=("chat", "completions", "responses"),
+        choices=APIS,
         default=RUN_DEFAULTS["api"],
-        help="API to call: chat, completions or responses (the Responses API, POST /v1/responses) "
-        "(default: %(default)s)",
+        help="API to call: chat, completions, responses (the Responses API, POST /v1/responses), "
+        "embeddings or rerank (one JSON answer: latency and inputs/s, no tokens streamed) (default: %(default)s)",
     )
     g.add_argument(
         "--server-metrics",
@@ -131,6 +131,13 @@ def add_traffic_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--output-tokens", type=tokens, default=None, help=f"answer length in tokens (default {OUTPUT_TOKENS})"
+    )
+    g.add_argument(
+        "--batch-size",
+        type=bounded_int(1, 4096),
+        default=None,
+        metavar="N",
+        help="inputs per request for --api embeddings, documents per query for --api rerank (default 1)",
     )
     g.add_argument(
         "--seed",
@@ -374,11 +381,29 @@ def workload_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def resolve_workload(args: argparse.Namespace, salt: str = "") -> Workload:
     from loadgen.workload.base import SyntheticChat
+    from loadgen.workload.distributions import Fixed
     from loadgen.workload.load import load_workload
+    from loadgen.workload.pooled import POOLED_APIS, PooledWorkload
+    from loadgen.workload.text import TextSource
 
     overrides = workload_overrides(args)
+    api = getattr(args, "api", "chat")
     if args.workload:
-        return load_workload(args.workload, seed=args.seed, salt=salt, overrides=overrides)
+        w = load_workload(args.workload, seed=args.seed, salt=salt, overrides=overrides)
+        kind = w.describe().get("kind")
+        if (kind in POOLED_APIS or api in POOLED_APIS) and kind != api:
+            raise ConfigError(f"--workload {args.workload}: its kind is {kind}; run it with --api {kind}")
+        return w
+    if getattr(args, "batch_size", None) is not None and api not in POOLED_APIS:
+        raise ConfigError("--batch-size applies to --api embeddings and --api rerank only")
+    if api in POOLED_APIS:
+        return PooledWorkload(
+            api=api,
+            batch=Fixed(value=args.batch_size or 1),
+            input=Fixed(value=args.input_tokens or INPUT_TOKENS),
+            seed=args.seed,
+            text=TextSource(seed=args.seed, salt=salt),
+        )
     return SyntheticChat(
         input_tokens=args.input_tokens or INPUT_TOKENS,
         output_tokens=args.output_tokens or OUTPUT_TOKENS,

@@ -31,7 +31,9 @@ from loadgen.client.protocol.tallies import Tally, new_tally
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
 from loadgen.records import Record, RecordWriter
-from loadgen.workload.session import Conversation, Session, ToolCall, Turn, build_body
+from loadgen.workload.pooled import POOLED_APIS, inputs_sent
+from loadgen.workload.request_body import request_body
+from loadgen.workload.session import Conversation, Session, ToolCall, Turn
 from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["Ahead", "Host", "SessionRuns"]
@@ -283,7 +285,7 @@ class SessionRuns:
         seq = self._next_seq()
         rec = new_record(cfg, seq, session.session, turn_no, turn, t_sched)
         extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
-        body = build_body(
+        body = request_body(
             cfg.api,
             cfg.model,
             conv,
@@ -291,10 +293,11 @@ class SessionRuns:
             ignore_eos=cfg.ignore_eos,
             extra=extra,
             continuous_usage=cfg.continuous_usage,
+            max_tokens_field=cfg.max_tokens_field,
         )
-        tally = new_tally(cfg.api, keep_text=keep_text, tokenizer=engine.tokenizer)
-        if extra.get("tools") and cfg.api != "completions":  # tools offered: their calls go back next turn
-            tally.capture_tool_calls()
+        tally = new_tally(cfg.api, extra, keep_text=keep_text, tokenizer=engine.tokenizer)
+        if cfg.api in POOLED_APIS:
+            rec.inputs = inputs_sent(cfg.api, extra)
         ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
@@ -358,9 +361,8 @@ class SessionRuns:
             run.last, run.first = first_request(body, salt_json, orjson.dumps(self.engine.cfg.model))
             self.engine.traffic.add(run.last, run.first)
             return
-        # what it adds: the tool results for the previous answer's calls, if it made any, and the text
-        added = f"\x00tools {run.called}\x00" if run.called else ""
-        added += turn.text + turn.follow_up
+        # what it adds: a tool result per call of the previous answer (if it called), and its text
+        added = (f"\x00tools {run.called}\x00" if run.called else "") + turn.text + turn.follow_up
         run.last, unsalted = later_request(run.last, run.first, turn_no, turn.max_tokens, run.answer, added)
         self.engine.traffic.add(run.last, unsalted)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from loadgen.client.config import DEFAULT_MAX_INFLIGHT, MAX_INFLIGHT, EngineConfig, Timeouts
+from loadgen.client.config import APIS, DEFAULT_MAX_INFLIGHT, MAX_INFLIGHT, EngineConfig, Timeouts
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS, EndpointOptions
 from loadgen.errors import ConfigError
@@ -112,8 +112,8 @@ class RunSettings:
             check_url("--endpoint", self.endpoint, "an OpenAI base URL like http://127.0.0.1:8000/v1")
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
             raise ConfigError(f"--model {self.model!r}: give a model name (or leave it out to ask the endpoint)")
-        if self.api not in ("chat", "completions"):
-            raise ConfigError(f"--api {self.api!r}: use chat or completions")
+        if self.api not in APIS:
+            raise ConfigError(f"--api {self.api!r}: use one of {', '.join(APIS)}")
         if self.server_metrics not in (None, "auto", "off"):
             check_url("--server-metrics", str(self.server_metrics), "auto, off or a URL like http://host:8000/metrics")
         if not isinstance(self.extra_body, dict):

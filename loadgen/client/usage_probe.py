@@ -40,7 +40,8 @@ from loadgen.client.protocol.sse import BadStream, SSEParser
 from loadgen.client.settings import RunSettings
 from loadgen.redaction import Secrets
 from loadgen.untrusted import clean_text
-from loadgen.workload.session import Conversation, Turn, build_body
+from loadgen.workload.request_body import request_body
+from loadgen.workload.session import Conversation, Turn
 
 __all__ = [
     "PerChunkUsage",
@@ -58,6 +59,7 @@ __all__ = [
     "send_probe",
 ]
 
+STREAMED_CHUNK_APIS = ("chat", "completions")  # the APIs whose chunks can carry running usage
 PROBE_MAX_TOKENS = 3  # two output chunks at least, so running usage shows on one before the end
 PROBE_TIMEOUT_S = 5.0  # the whole probe; an idle server answers a 3-token request in well under it
 PROBE_CAP_BYTES = 64 * 1024  # a 3-token stream is a few hundred bytes
@@ -74,8 +76,9 @@ _REMEMBERED: dict[Key, bool] = {}
 @dataclass(frozen=True)
 class PerChunkUsage:
     """What a run decided about per-chunk usage: whether it asks (``asked``), how it decided
-    (``how``: "probe", "flag" or "remembered") and whether the endpoint offers it (``supported``;
-    None when unknown: not probed, or the probe could not tell). ``why`` says what the probe saw."""
+    (``how``: "probe", "flag", "remembered", or "api" for an API without it) and whether the
+    endpoint offers it (``supported``; None when unknown: not probed, or the probe could not
+    tell). ``why`` says what the probe saw."""
 
     asked: bool
     how: str
@@ -119,6 +122,8 @@ def detect(
     """Decide whether a run asks for per-chunk usage: by its flag, by what this process
     remembers of the endpoint, else by a probe (``probe_continuous_usage``)."""
     mode = settings.per_chunk_usage
+    if settings.api not in STREAMED_CHUNK_APIS:  # the Responses API, embeddings, rerank: nothing to ask for
+        return PerChunkUsage(False, "api", None, f"the {settings.api} API has no per-chunk usage")
     if mode != "auto":
         return PerChunkUsage(mode == "on", "flag", None)
     key = endpoint_key(url, model, settings.api)
@@ -167,7 +172,7 @@ def probe_body(settings: RunSettings, model: str, *, continuous_usage: bool = Tr
     ignore_eos (so it is a request the endpoint takes as it takes the run's), running usage asked."""
     conv = Conversation(None)
     conv.add_turn(Turn(text=PROBE_PROMPT, max_tokens=PROBE_MAX_TOKENS))
-    return build_body(
+    return request_body(
         settings.api,
         model,
         conv,

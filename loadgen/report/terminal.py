@@ -20,6 +20,7 @@ from rich.text import Text
 
 from loadgen.analysis.client_health import health_line
 from loadgen.analysis.metrics import Summary
+from loadgen.analysis.pooled import PooledFigures, run_pooled
 from loadgen.analysis.run_summary import RunReport
 from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.stats import Dist
@@ -27,7 +28,16 @@ from loadgen.analysis.stream_shape import token_source_text
 from loadgen.analysis.tool_use import ToolUse, run_tool_use
 from loadgen.report.banner import banner_lines
 
-__all__ = ["print_run", "latency_table", "itl_line", "throughput_table", "token_lines", "tool_line", "load_label"]
+__all__ = [
+    "print_run",
+    "latency_table",
+    "itl_line",
+    "throughput_table",
+    "token_lines",
+    "tool_line",
+    "pooled_line",
+    "load_label",
+]
 
 
 def print_run(report: RunReport, console: Console | None = None) -> None:
@@ -44,6 +54,8 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
     for line in token_lines(s):
         console.print(line)
     if line := tool_line(run_tool_use(report.run_dir, s.window)):
+        console.print(Text(line))
+    if line := pooled_line(run_pooled(report.run_dir, s.window)):
         console.print(Text(line))
     if report.sessions is not None and report.sessions.multi_turn:
         for line in report.sessions.lines():
@@ -176,6 +188,21 @@ def tool_line(tu: ToolUse | None) -> str:
         + (f" ({tu.calls_per_calling_answer:.2f} per answer that called)" if tu.called else "")
         + f"; arguments ~{_fmt(tu.argument_output_pct)}% of output tokens "
         f"({tu.argument_tokens:,} of {tu.output_tokens:,})"
+    )
+
+
+def pooled_line(f: PooledFigures | None) -> str:
+    """An embeddings or rerank run's throughput in inputs (and input tokens) per second, where
+    the tables' output tokens say nothing; "" for any other API."""
+    if f is None:
+        return ""
+    if not f["requests"] or f["requests_per_s"] is None:
+        return "inputs: no ok request in the window"
+    per_s = f"{f['inputs_per_s']:,.1f} inputs/s" if f["inputs_per_s"] is not None else "inputs/s unknown"
+    tokens = f"{f['input_tokens_per_s']:,.0f} input tok/s" if f["input_tokens_per_s"] is not None else ""
+    unreported = f" ({f['tokens_unreported']:,} requests reported no usage: their requested size counted)"
+    return f"inputs: {per_s}, {tokens} over {f['requests']:,} ok requests ({f['requests_per_s']:,.2f} req/s)" + (
+        unreported if f["tokens_unreported"] else ""
     )
 
 

@@ -19,6 +19,7 @@ from loadgen.errors import ConfigError, LoadgenError, SpecError
 from loadgen.specfile import Fields, apply_overrides, builtin_dir, load_yaml
 from loadgen.workload.agentic import build_agentic
 from loadgen.workload.base import Workload
+from loadgen.workload.pooled import POOLED_APIS, build_pooled
 from loadgen.workload.synthetic import build_synthetic
 from loadgen.workload.text import TextSource
 from loadgen.workload.tokenizer import BUILTIN, Tokenizer, get_tokenizer
@@ -45,11 +46,11 @@ def find_spec(name_or_path: str) -> Path:
     raise SpecError(f"{name_or_path}: no such workload (built-in: {', '.join(specs) or 'none'})")
 
 
-KINDS = ("chat", "rag", "agentic", "trace")
+KINDS = ("chat", "rag", "agentic", "trace", *POOLED_APIS)
 
 # ``loadgen run --input-tokens/--output-tokens`` with a spec: fixed lengths.
 _ALIASES = {
-    "input_tokens": {"chat": "input"},
+    "input_tokens": {"chat": "input", "embeddings": "input", "rerank": "input"},
     "output_tokens": {"chat": "output", "rag": "output", "agentic": "output", "trace": "output_tokens"},
 }
 
@@ -104,6 +105,8 @@ def load_workload(
         w = build_trace(f, common)
     elif kind == "agentic":
         w = build_agentic(f, common)
+    elif kind in POOLED_APIS:
+        w = build_pooled(kind, f, common)
     else:
         w = build_synthetic(kind, f, common)
     f.finish()

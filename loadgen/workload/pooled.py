@@ -28,11 +28,12 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from loadgen.workload.distributions import Distribution, Fixed
+from loadgen.specfile import Fields
+from loadgen.workload.distributions import Distribution, Fixed, parse_distribution
 from loadgen.workload.session import Session, Turn
 from loadgen.workload.text import TextSource, rng
 
-__all__ = ["POOLED_APIS", "PooledWorkload", "build_pooled_body", "expected_items"]
+__all__ = ["POOLED_APIS", "PooledWorkload", "build_pooled", "build_pooled_body", "expected_items", "inputs_sent"]
 
 POOLED_APIS = ("embeddings", "rerank")
 _TAG_SIZE, _TAG_TEXT = 0xE3BED, 0xE3BEE
@@ -44,18 +45,23 @@ def build_pooled_body(model: str, fields: dict[str, Any]) -> bytes:
     return orjson.dumps({"model": model, **fields})
 
 
-def expected_items(api: str, fields: dict[str, Any]) -> int | None:
-    """How many embeddings or results the answer should hold: one per input; for rerank
-    ``min(top_n, documents)``. None when the body's fields do not say."""
+def inputs_sent(api: str, fields: dict[str, Any]) -> int | None:
+    """How many inputs (embeddings) or documents (rerank) a request sends; None when its
+    fields do not say."""
     items = fields.get("input" if api == "embeddings" else "documents")
     if isinstance(items, str):
         return 1
-    if not isinstance(items, list):
-        return None
+    return len(items) if isinstance(items, list) else None
+
+
+def expected_items(api: str, fields: dict[str, Any]) -> int | None:
+    """How many embeddings or results the answer should hold: one per input; for rerank
+    ``min(top_n, documents)``. None when the body's fields do not say."""
+    n = inputs_sent(api, fields)
     top_n = fields.get("top_n") if api == "rerank" else None
-    if isinstance(top_n, int) and not isinstance(top_n, bool) and top_n >= 0:
-        return min(top_n, len(items))
-    return len(items)
+    if n is not None and isinstance(top_n, int) and not isinstance(top_n, bool) and top_n >= 0:
+        return min(top_n, n)
+    return n
 
 
 @dataclass(frozen=True)
@@ -126,3 +132,19 @@ class PooledWorkload:
             d["query"] = self.query.describe()
             d["top_n"] = self.top_n
         return d
+
+
+def build_pooled(kind: str, f: Fields, common: dict[str, Any]) -> PooledWorkload:
+    """A spec of kind ``embeddings`` or ``rerank``: ``batch`` (inputs, or documents, per
+    request), ``input`` (tokens per input), and for rerank ``query`` (tokens) and ``top_n``."""
+    top_n = f.number("top_n", None, integer=True, ge=1) if kind == "rerank" else None
+    return PooledWorkload(
+        api=kind,
+        batch=parse_distribution(f, "batch", default=Fixed(value=1)),
+        input=parse_distribution(f, "input"),
+        query=parse_distribution(f, "query", default=Fixed(value=16)) if kind == "rerank" else Fixed(value=16),
+        top_n=None if top_n is None else int(top_n),
+        seed=common["seed"],
+        text=common["text"],
+        name=common["name"],
+    )

@@ -51,6 +51,7 @@ from loadgen.client.protocol.token_counts import Reconciled
 from loadgen.client.protocol.usage import Problems
 from loadgen.untrusted import clean_text
 from loadgen.workload.pooled import POOLED_APIS
+from loadgen.workload.session import ToolCall
 
 __all__ = ["MAX_ENVELOPE_BYTES", "PooledAnswer"]
 
@@ -138,6 +139,17 @@ class PooledAnswer:
     @property
     def reasoning_tokens(self) -> int | None:
         return None
+
+    @property
+    def tool_call_count(self) -> int | None:
+        return None  # a pooled request offers no tools
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...] | None:
+        return None
+
+    def capture_tool_calls(self) -> None:
+        """Nothing to capture: a pooled answer is vectors or scores."""
 
     @property
     def text(self) -> str:
