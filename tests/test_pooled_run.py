@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -29,6 +30,8 @@ def test_a_pooled_run_records_its_inputs_and_reports_inputs_per_second(
     assert all(p is not None and p >= 32 * batch for p in recs["prompt_tokens_reported"])
     assert all(d > s for d, s in zip(recs["t_done"], recs["t_sent"], strict=True))
     assert "inputs: " in printed and " inputs/s, " in printed and "over 8 ok requests" in printed
+    pooled = orjson.loads((out / "summary.json").read_bytes())["pooled"]
+    assert pooled["requests"] == 8 and pooled["inputs_per_s"] == pytest.approx(batch * pooled["requests_per_s"])
 
 
 def test_a_pooled_workload_needs_its_api(tmp_path: Path, capsys: Any) -> None:

@@ -32,7 +32,7 @@ def settings(**kw: Any) -> RunSettings:
         (dict(endpoint="localhost:8000"), "--endpoint 'localhost:8000': expected an OpenAI base URL"),
         (dict(endpoint="http://127.0.0.1:0/v1"), "port 0"),
         (dict(model=""), "--model ''"),
-        (dict(api="embeddings"), "--api 'embeddings'"),
+        (dict(api="assistants"), "--api 'assistants'"),
         (dict(server_metrics="metrics"), "--server-metrics 'metrics'"),
         (dict(arrival=Arrival("poisson", rate=2e6)), r"--rate 2000000.0: must be a finite number in \(0, 1,000,000\]"),
         (dict(arrival=Arrival("closed", concurrency=200_000)), "--concurrency 200000"),

@@ -19,21 +19,12 @@ Percentiles are nearest-rank (the value of a real request), in milliseconds.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from loadgen.analysis.window import Window
-from loadgen.records import PARQUET_NAME, read_records
-from loadgen.workload.pooled import POOLED_APIS
-
-__all__ = ["PooledFigures", "pooled_figures", "run_pooled", "COLUMNS"]
-
-# what pooled_figures reads (run_pooled reads no more of a records file)
-COLUMNS = ("api", "t_sched", "t_done", "status", "inputs", "prompt_tokens_reported", "prompt_tokens_requested")
+__all__ = ["PooledFigures", "pooled_figures"]
 
 
 class PooledFigures(TypedDict):
@@ -105,21 +96,3 @@ def pooled_figures(table: pa.Table, inputs_per_request: int | None = None) -> Po
     tokens = np.where(missing, np.nan_to_num(req), rep)
     figures["input_tokens_per_s"] = float(tokens.sum()) / span
     return figures
-
-
-def run_pooled(run_dir: str | Path, window: Window | None = None) -> PooledFigures | None:
-    """``pooled_figures`` of a run folder's requests scheduled in ``window`` (all when None),
-    reading only the columns it needs; None unless the run's API is embeddings or rerank."""
-    parquet = Path(run_dir) / PARQUET_NAME
-    if parquet.exists():
-        if "inputs" not in pq.read_schema(parquet).names:
-            return None  # a file older than the pooled APIs
-        table = pq.read_table(parquet, columns=list(COLUMNS))
-    else:
-        table = read_records(run_dir)
-    if not table.num_rows or table.column("api")[0].as_py() not in POOLED_APIS:
-        return None
-    if window is not None:
-        t_sched = table.column("t_sched").to_numpy(zero_copy_only=False)
-        table = table.filter(pa.array(window.contains(t_sched)))
-    return pooled_figures(table)

@@ -16,8 +16,10 @@ import pyarrow as pa
 
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
+from loadgen.analysis.pooled import PooledFigures, pooled_figures
 from loadgen.analysis.sessions import SessionSummary, session_summary
 from loadgen.analysis.timeseries import timeseries
+from loadgen.analysis.tool_use import ToolUse, tool_use
 from loadgen.analysis.validity import (
     VALID,
     Caveat,
@@ -32,6 +34,7 @@ from loadgen.analysis.validity import (
 )
 from loadgen.analysis.window import choose_window
 from loadgen.records import read_records, read_run_meta, write_json
+from loadgen.workload.pooled import POOLED_APIS
 
 __all__ = ["SUMMARY_SCHEMA_VERSION", "RunReport", "summarize_run", "single_run_caveats"]
 
@@ -49,6 +52,8 @@ class RunReport:
     caveats: list[Caveat] = field(default_factory=list)
     validity: Validity = VALID
     sessions: SessionSummary | None = None  # sessions of several turns: whole-session figures
+    tool_use: ToolUse | None = None  # requests that offered tools: how often the answers called one
+    pooled: PooledFigures | None = None  # an embeddings or rerank run: inputs/s, input tokens/s
 
     @property
     def warnings(self) -> list[str]:
@@ -95,6 +100,9 @@ def summarize_run(
     summary = summarize(table, window, slo)
     sessions = session_summary(table, window)
     caveats = single_run_caveats(meta, summary, limit, table)
+    tools = tool_use(table, window)
+    in_window = table.filter(pa.array(window.contains(table.column("t_sched").to_numpy(zero_copy_only=False))))
+    pooled = pooled_figures(in_window) if (meta.get("settings") or {}).get("api") in POOLED_APIS else None
     if write:
         doc = {
             "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -104,8 +112,12 @@ def summarize_run(
             "validity": validity_json(caveats),
             "summary": summary_to_json(summary),
             "sessions": sessions.to_json(),
+            "tool_use": tools.to_json() if tools is not None else None,
+            "pooled": pooled,
             "timeseries": timeseries(table),
         }
         write_json(Path(run_dir) / "summary.json", doc)
         annotate_run(Path(run_dir), window, table=table)  # in_window and the figures' own columns
-    return RunReport(Path(run_dir), meta, summary, caveats, Validity.of(caveats), sessions=sessions)
+    return RunReport(
+        Path(run_dir), meta, summary, caveats, Validity.of(caveats), sessions=sessions, tool_use=tools, pooled=pooled
+    )

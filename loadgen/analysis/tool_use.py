@@ -21,19 +21,16 @@ Output tokens are the records' ``output_tokens``, which count argument fragments
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from loadgen.analysis.columns import int_column
 from loadgen.analysis.window import Window
-from loadgen.records import PARQUET_NAME, read_records
 
-__all__ = ["ToolUse", "tool_use", "run_tool_use", "COLUMNS"]
+__all__ = ["ToolUse", "tool_use", "COLUMNS"]
 
 COLUMNS = ("point", "t_sched", "status", "tool_calls", "output_tokens", "reasoning_tokens")
 
@@ -108,17 +105,3 @@ def tool_use(table: pa.Table, window: Window | None = None, point: int | None = 
         output_tokens=int(out[rows].sum()),
         argument_tokens=int(arguments.sum()),
     )
-
-
-def run_tool_use(run_dir: str | Path, window: Window | None = None, point: int | None = None) -> ToolUse | None:
-    """``tool_use`` of a run folder's records, reading only the columns it needs; None for a
-    file older than the ``tool_calls`` column."""
-    parquet = Path(run_dir) / PARQUET_NAME
-    if parquet.exists():
-        names = pq.read_schema(parquet).names
-        if "tool_calls" not in names:
-            return None
-        table = pq.read_table(parquet, columns=list(COLUMNS))
-    else:
-        table = read_records(run_dir)
-    return tool_use(table, window, point)

@@ -16,10 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from loadgen.analysis.points import PointFigures, RunAnalysis
+from loadgen.analysis.pooled import PooledFigures, pooled_figures
 from loadgen.analysis.stream_shape import itl_approximate, source_shares_text
 from loadgen.analysis.tool_use import ToolUse, tool_use
 from loadgen.report.markup import esc, fmt, fmt_ci, pct_html
+from loadgen.workload.pooled import POOLED_APIS
 
 __all__ = ["points_section", "LATENCY_CAPTION", "HEALTH_CAPTION", "TOOLS_CAPTION"]
 
@@ -221,6 +225,38 @@ def _tools(a: RunAnalysis) -> list[tuple[str, Cell]] | None:
     ]
 
 
+POOLED_CAPTION = (
+    "An embeddings or rerank run streams no tokens: its throughput is in inputs (embedded texts, or "
+    "documents scored) and input tokens per second (usage's prompt_tokens; the requested size where a "
+    "request reported none), over the ok requests of each window."
+)
+
+
+def _pooled(a: RunAnalysis) -> list[tuple[str, Cell]] | None:
+    """The pooled-throughput columns (None unless the run's API is embeddings or rerank)."""
+    if (a.meta.get("settings") or {}).get("api") not in POOLED_APIS:
+        return None
+    sweep = "points" in a.meta
+    t_sched = a.table.column("t_sched").to_numpy(zero_copy_only=False)
+    point = a.table.column("point").to_numpy(zero_copy_only=False)
+    figures = {
+        p.index: pooled_figures(
+            a.table.filter(pa.array(p.summary.window.contains(t_sched) & ((point == p.index) | (not sweep))))
+        )
+        for p in a.points
+    }
+
+    def cell(value: Callable[[PooledFigures], float | None], digits: int) -> Cell:
+        return lambda p: "-" if (v := value(figures[p.index])) is None else f"{v:,.{digits}f}"
+
+    return [
+        ("ok requests", cell(lambda f: f["requests"], 0)),
+        ("req/s", cell(lambda f: f["requests_per_s"], 2)),
+        ("inputs/s", cell(lambda f: f["inputs_per_s"], 1)),
+        ("input tok/s", cell(lambda f: f["input_tokens_per_s"], 0)),
+    ]
+
+
 def points_section(a: RunAnalysis) -> str:
     """The "points" section: its tables, each with a caption of what it shows."""
     window = esc(a.points[0].summary.window.how) if a.points else ""
@@ -244,6 +280,8 @@ def points_section(a: RunAnalysis) -> str:
     ]
     if (tools := _tools(a)) is not None:
         blocks.append(("Tool calls", TOOLS_CAPTION, _table(a, tools, "points-tools")))
+    if (pooled := _pooled(a)) is not None:
+        blocks.append(("Inputs", POOLED_CAPTION, _table(a, pooled, "points-pooled")))
     if (health := _health(a)) is not None:
         blocks.append(("Client health", HEALTH_CAPTION, _table(a, health, "points-client")))
     body = "".join(

@@ -20,12 +20,12 @@ from rich.text import Text
 
 from loadgen.analysis.client_health import health_line
 from loadgen.analysis.metrics import Summary
-from loadgen.analysis.pooled import PooledFigures, run_pooled
+from loadgen.analysis.pooled import PooledFigures
 from loadgen.analysis.run_summary import RunReport
 from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.stream_shape import token_source_text
-from loadgen.analysis.tool_use import ToolUse, run_tool_use
+from loadgen.analysis.tool_use import ToolUse
 from loadgen.report.banner import banner_lines
 
 __all__ = [
@@ -53,9 +53,9 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
     console.print(throughput_table(s))
     for line in token_lines(s):
         console.print(line)
-    if line := tool_line(run_tool_use(report.run_dir, s.window)):
+    if line := tool_line(report.tool_use):
         console.print(Text(line))
-    if line := pooled_line(run_pooled(report.run_dir, s.window)):
+    if line := pooled_line(report.pooled):
         console.print(Text(line))
     if report.sessions is not None and report.sessions.multi_turn:
         for line in report.sessions.lines():
