@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar, get_args
 
 import aiohttp
@@ -156,3 +157,22 @@ def test_chat_tool_shapes_become_responses_items() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     sent = orjson.loads(build_responses_body("m", [], 1, ignore_eos=False, extra={"tools": tools}))
     assert sent["tools"] == [{"type": "function", "name": "f", "parameters": {}}] and "ignore_eos" not in sent
+
+
+def test_loadgen_run_api_responses_against_the_simulator_times_every_delta(tmp_path: Path) -> None:
+    """End to end: ``loadgen run --api responses`` streams /v1/responses and records each answer
+    by the same definitions as chat: a first token, one chunk per text delta, usage's count."""
+    from loadgen.cli.main import main
+
+    out = tmp_path / "run"
+    argv = ["run", "--api", "responses", "--rate", "40", "--requests", "6", "--output-tokens", "8"]
+    assert main([*argv, "--sim-ttft-ms", "2", "--sim-itl-ms", "1", "--no-live", "--no-report", "--out", str(out)]) == 0
+    import pyarrow.parquet as pq
+
+    recs = pq.read_table(out / "records.parquet").to_pydict()
+    assert recs["status"] == ["ok"] * 6 and recs["api"] == ["responses"] * 6 and recs["stream_end"] == ["done"] * 6
+    assert recs["output_tokens"] == [8] * 6 and recs["output_tokens_reported"] == [8] * 6
+    assert all(
+        len(c) == 8 and f is not None and f == c[0] for c, f in zip(recs["chunk_ns"], recs["t_first"], strict=True)
+    )
+    assert recs["finish_reason"] == ["length"] * 6

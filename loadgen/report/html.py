@@ -34,6 +34,7 @@ from loadgen.report.html_charts import (
 )
 from loadgen.report.html_tables import points_section
 from loadgen.report.markup import esc, figure_html, fmt, fmt_ci, kv_html, page
+from loadgen.report.request_terms import request_terms
 
 __all__ = ["write_report", "render_html", "report_banner", "CHART_IDS"]
 
@@ -142,7 +143,8 @@ def _header(a: RunAnalysis) -> str:
     return (
         f"<header><h1>loadgen report: {esc(m.get('model', '?'))}</h1>"
         f'<p class="sub">{esc(kind)} against <span class="mono">{esc(m.get("endpoint", "?"))}</span>{esc(sim)}'
-        f" · run {esc(m.get('run_id', ''))} · {esc(_when(m.get('started_wall_ns')))}</p></header>"
+        f" · run {esc(m.get('run_id', ''))} · {esc(_when(m.get('started_wall_ns')))}</p>"
+        f'<p class="sub" id="request-terms">{esc(request_terms(m))}</p></header>'
     )
 
 

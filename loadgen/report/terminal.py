@@ -27,6 +27,7 @@ from loadgen.analysis.stats import Dist
 from loadgen.analysis.stream_shape import token_source_text
 from loadgen.analysis.tool_use import ToolUse
 from loadgen.report.banner import banner_lines
+from loadgen.report.request_terms import request_terms
 
 __all__ = [
     "print_run",
@@ -72,6 +73,7 @@ def header_text(meta: dict[str, Any], s: Summary) -> Text:
     t = Text()
     t.append(f"{meta.get('endpoint', '?')}", style="bold")
     t.append(f"  model {meta.get('model', '?')}  ·  {arrival}\n")
+    t.append(request_terms(meta) + "\n")
     t.append(
         f"{s.requests} requests in a {s.window_s:.1f} s window ({s.window}) · "
         f"ok {s.ok}, failed {s.failed}, cancelled {s.cancelled}" + (f", not sent {s.not_sent}" if s.not_sent else "")
