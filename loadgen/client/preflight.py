@@ -22,6 +22,7 @@ Each failure is an ``EndpointError``: exit code 2, nothing sent.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from loadgen.client.config import api_path
 from loadgen.client.endpoint import MODELS_TIMEOUT_S, discover_model, endpoint_label, fetch_models, model_ids
@@ -33,6 +34,11 @@ from loadgen.redaction import Secrets
 __all__ = ["preflight", "check_listed", "check_route", "SHOWN_MODELS"]
 
 SHOWN_MODELS = 10  # of a long list of models, the error line names this many
+# The built-in simulator sends one token a chunk unless told otherwise: the final usage then
+# gives every chunk's count exactly, and asking for running usage would only cost it (and the
+# client) a usage object per token, enough to make it fall behind its own model at a sweep's top.
+SIM_CHUNK_FLAG = "--tokens-per-chunk"
+SIM_ONE_TOKEN = "the built-in simulator sends one token a chunk: the final usage counts each chunk exactly"
 _NO_ROUTE = {404: "check --endpoint and --api"}
 _NO_KEY = "check the API key (--api-key-env, --api-key-header) and -H headers"
 
@@ -45,6 +51,7 @@ def preflight(
     api_key: str | None,
     run_id: str = "",
     secrets: Secrets | None = None,
+    sim_flags: Sequence[str] = (),
 ) -> tuple[str, PerChunkUsage]:
     """The model to send to and the per-chunk usage decision, both checked (module doc)."""
     secrets = secrets if secrets is not None else settings.http.secrets(api_key, url)
@@ -54,7 +61,10 @@ def preflight(
         model = asyncio.run(discover_model(url, api_key, http=settings.http, secrets=secrets))
     elif check:
         check_listed(settings, url, model, api_key=api_key, secrets=secrets)
-    usage = detect(settings, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
+    if is_sim and settings.per_chunk_usage == "auto" and SIM_CHUNK_FLAG not in sim_flags:
+        usage = PerChunkUsage(False, "sim", None, SIM_ONE_TOKEN)
+    else:
+        usage = detect(settings, url, model, api_key=api_key, run_id=run_id, secrets=secrets)
     if check:
         sent = usage if usage.how == "probe" else None
         if sent is None:

@@ -267,7 +267,9 @@ def execute(
     with catching_signals(stopper):
         with target(settings.endpoint, sim_flags or []) as (url, is_sim):
             settings = for_target(settings, is_sim)
-            model, usage = preflight(settings, url, is_sim=is_sim, api_key=api_key, run_id=run_id, secrets=secrets)
+            model, usage = preflight(
+                settings, url, is_sim=is_sim, api_key=api_key, run_id=run_id, secrets=secrets, sim_flags=sim_flags or []
+            )
             meta = start_state(
                 _meta(settings, workload, url, is_sim, model, run_id, sim_flags or [], secrets, salt, usage)
             )

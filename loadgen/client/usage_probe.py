@@ -76,7 +76,8 @@ _REMEMBERED: dict[Key, bool] = {}
 @dataclass(frozen=True)
 class PerChunkUsage:
     """What a run decided about per-chunk usage: whether it asks (``asked``), how it decided
-    (``how``: "probe", "flag", "remembered", or "api" for an API without it) and whether the
+    (``how``: "probe", "flag", "remembered", "api" for an API without it, or "sim" for the
+    built-in simulator's one-token chunks) and whether the
     endpoint offers it (``supported``; None when unknown: not probed, or the probe could not
     tell). ``why`` says what the probe saw."""
 

@@ -220,7 +220,9 @@ def run_sweep(
     stopper = Stopper()
     with catching_signals(stopper), target(settings.base.endpoint, flags) as (url, is_sim):
         settings = replace(settings, base=for_target(settings.base, is_sim))
-        model, usage = preflight(settings.base, url, is_sim=is_sim, api_key=api_key, run_id=run_id, secrets=secrets)
+        model, usage = preflight(
+            settings.base, url, is_sim=is_sim, api_key=api_key, run_id=run_id, secrets=secrets, sim_flags=flags
+        )
         meta = _meta(settings, make_workload(settings.salt or ""), url, is_sim, model, run_id, flags, secrets)
         meta = start_state({**salt.json(), **meta, "per_chunk_usage": usage.json()})
         settings = replace(settings, base=resolved(settings.base, usage))  # every point asks alike
