@@ -8,10 +8,8 @@ waits for its instant, a think time, or a ``--max-inflight`` slot); the end of t
 every one (what is on the wire is then ``cancelled``). Whatever way a session's task ends
 (even cancelled before it ran, or by a bug), every turn of it gets exactly one record.
 
-Each request's timeouts (config.Timeouts) are watched by one timer of its own (``_Inflight``),
-armed at the earliest limit that could pass and, when it fires with none passed, re-armed at
-the next: one timer per request, fired rarely (reads do not touch it), so a deadline is met
-to within the loop's timer resolution (~1 ms) at any rate.
+Each request's timeouts (config.Timeouts) are watched by a timer of its own
+(``request_timer.RequestTimer``).
 
 A request offering ``tools`` has its answer's calls captured, counted (``tool_calls``), and sent
 back by the next turn with a ``role: tool`` message each (``workload.session.Conversation``).
@@ -24,10 +22,11 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from loadgen.client.config import EngineConfig, LiveCounters, Timeouts
+from loadgen.client.config import EngineConfig, LiveCounters
 from loadgen.client.fingerprint import Traffic, first_request, later_request
 from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, not_sent
 from loadgen.client.protocol.tallies import Tally, new_tally
+from loadgen.client.request_timer import RequestTimer
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
 from loadgen.records import Record, RecordWriter
@@ -67,54 +66,6 @@ class Ahead(NamedTuple):
 
     at: int  # its intended instant
     session: Session
-
-
-class _Inflight:
-    """A request being sent or answered, and the timer that watches its limits from ``start``.
-
-    The timer is armed at the earliest limit that could pass; when it fires, it cuts the request
-    off (``why``, then its task cancelled) or is re-armed at the next. First-byte: until the
-    first output-carrying event (``tally.t_output``); idle: from the body's last read of any
-    bytes (``tally.t_read``); total. A read never touches the timer: it costs nothing per read.
-    """
-
-    __slots__ = ("task", "tally", "deadline_first", "deadline_total", "idle_ns", "why", "_clock", "_loop", "_timer")
-
-    def __init__(self, task: asyncio.Task[Any] | None, tally: Tally, start: int, t: Timeouts, clock: Clock) -> None:
-        self.task = task
-        self.tally = tally
-        self.deadline_first = start + int(t.first_byte * 1e9)
-        self.deadline_total = start + int(t.total * 1e9)
-        self.idle_ns = int(t.idle * 1e9)
-        self.why: str | None = None  # why the engine cut it off (a timeout), if it did
-        self._clock = clock
-        self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
-        # no read can come before the start: the idle limit cannot pass before start + idle
-        self._arm(min(self.deadline_first, self.deadline_total, start + self.idle_ns))
-
-    def _arm(self, at: int) -> None:
-        self._timer = self._loop.call_later(max(at - self._clock(), 0) / 1e9, self._check)
-
-    def _check(self) -> None:
-        now, tally = self._clock(), self.tally
-        first, read = tally.t_output is None, tally.t_read
-        if now >= self.deadline_total:
-            self.why = "total timeout"
-        elif first and now >= self.deadline_first:
-            self.why = "no output before the first-byte timeout"
-        elif read and now >= read + self.idle_ns:
-            self.why = "idle timeout between reads"
-        if self.why is None:  # nothing passed (or the timer fired a hair early): the next limit
-            nxt = min(self.deadline_total, (read or now) + self.idle_ns)
-            self._arm(min(nxt, self.deadline_first) if first else nxt)
-        elif self.task is not None:
-            self.task.cancel()
-
-    def end(self) -> None:
-        """The request ended: its timer goes."""
-        if self._timer is not None:
-            self._timer.cancel()
 
 
 class _Run:
@@ -301,7 +252,7 @@ class SessionRuns:
         ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
-        me: _Inflight | None = None
+        me: RequestTimer | None = None
         try:
             if self._slots.locked():
                 live.capped += 1
@@ -309,7 +260,9 @@ class SessionRuns:
                 if engine.stopped:  # a slot freed after the stop: nothing more goes out
                     return self._unsent(rec, f"not sent: {engine.stop_cause}"), "", ()
                 # its timeouts run from its instant (a request prepared early is not waiting yet)
-                me = _Inflight(asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock)
+                me = RequestTimer(
+                    asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock
+                )
                 live.inflight += 1
                 self.last_instant = max(self.last_instant, t_sched)
                 try:

@@ -11,7 +11,7 @@ which kind of answer came back. What each field means here:
   ``t_last`` stay null and TTFT is undefined for the record; ``reconcile()`` is
   ``Reconciled([], 0, "none")``.
 - ``t_output``: the arrival of the answer's first byte of body. The engine's first-byte
-  timeout (session_runs ``_Inflight``) runs until then, as for a stream it runs until the
+  timeout (``client.request_timer``) runs until then, as for a stream it runs until the
   first output: for a pooled request, "first byte" means what it says. ``t_read`` is the
   last read, for the idle timeout, as for a stream.
 - ``end``: ``"done"`` once the top-level JSON value was read whole; ``"eof"`` when the body
