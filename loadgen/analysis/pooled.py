@@ -24,6 +24,8 @@ from typing import Any, TypedDict
 import numpy as np
 import pyarrow as pa
 
+from loadgen.analysis.stats import nearest_rank
+
 __all__ = ["PooledFigures", "pooled_figures"]
 
 
@@ -43,13 +45,6 @@ def _column(table: pa.Table, name: str) -> np.ndarray[Any, Any] | None:
     if name not in table.column_names:
         return None
     return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=float)
-
-
-def _nearest_rank(sorted_ms: np.ndarray[Any, Any], p: float) -> float | None:
-    if not len(sorted_ms):
-        return None
-    k = max(1, int(np.ceil(p / 100 * len(sorted_ms))))
-    return float(sorted_ms[k - 1])
 
 
 def pooled_figures(table: pa.Table, inputs_per_request: int | None = None) -> PooledFigures:
@@ -75,8 +70,8 @@ def pooled_figures(table: pa.Table, inputs_per_request: int | None = None) -> Po
     if not n:
         return figures
     e2e = np.sort((t_done[ok] - t_sched[ok]) / 1e6)
-    figures["e2e_p50_ms"] = _nearest_rank(e2e, 50)
-    figures["e2e_p99_ms"] = _nearest_rank(e2e, 99)
+    figures["e2e_p50_ms"] = nearest_rank(e2e, 50)
+    figures["e2e_p99_ms"] = nearest_rank(e2e, 99)
     span = (float(t_done[ok].max()) - float(t_sched[ok].min())) / 1e9
     if span <= 0:
         return figures

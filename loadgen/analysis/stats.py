@@ -29,6 +29,7 @@ from scipy import stats as _sps
 
 __all__ = [
     "PERCENTILES",
+    "nearest_rank",
     "Dist",
     "PctFlags",
     "ci_ranks",
@@ -72,6 +73,13 @@ def _nearest_rank(n: int, q: float) -> int:
     Rounding before ceil stops 99.9/100*1000 = 999.0000000000001 from skipping a rank.
     """
     return max(math.ceil(round(q * n, 9)), 1) - 1
+
+
+def nearest_rank(sorted_values: ArrayLike, p: float) -> float:
+    """The nearest-rank p-th percentile of non-empty sorted data (``percentile_ci``'s estimate,
+    without its interval)."""
+    x = np.asarray(sorted_values, dtype=np.float64)
+    return float(x[_nearest_rank(x.size, p / 100)])
 
 
 def ci_ranks(n: int, p: float, confidence: float = 0.95) -> tuple[int, int, int]:
