@@ -1,24 +1,35 @@
 """How much load can loadgen's client generate before it distorts what it measures?
 
-Drives a deliberately cheap SSE server in a separate process (pinned to its own
-core, on uvloop, so it is not the bottleneck) and reports:
+One fast fake SSE server in a separate process (pinned to its own core, on uvloop, so it is not
+the bottleneck) writes one event per token, each its own write (a round over every stream's next
+token, then a turn of its loop), as a serving engine streams. The client (this process, pinned to
+the other core) is measured three ways in one run, so their ratios are taken together:
 
-  (a) client CPU time per streamed token: 64 streams x 128 tokens, one token per
-      chunk, the server writing back to back. Measured over a sustained run (64
-      users, each sending its next request when its answer ended, 20 rounds), so
-      the figure is the steady state of a real run rather than one-off setup;
-  (b) 1,000 concurrent streams at 20 ms between tokens on one client core:
-      schedule lag p50/p99 and ITL error (measured gap minus the server's 20 ms).
-      The server emits every stream's token on one shared 20 ms tick, as an
-      inference engine's decode step does, so the client gets 1,000 reads at once;
-      ``--sweep`` repeats (b) for fewer streams to find how many one core keeps up with;
-  (c) client memory per in-flight stream.
-  floor: the same load as (b) read by a bare uvloop Protocol that only stamps and
-      counts: what a read costs on this machine before any HTTP or SSE work.
+  raw      a bare uvloop Protocol that sends a prepared request and only stamps each read (the
+           floor: what reading costs on this machine before any HTTP, SSE or record work);
+  lean     loadgen's engine on its own HTTP/1.1 (``--transport lean``, client/wire);
+  aiohttp  loadgen's engine on aiohttp (``--transport aiohttp``).
 
-Targets (issue "Core"): (a) <= 4 us/token, (b) lag p99 <= 5 ms, (c) <= 50 KB.
+  (a) client CPU per streamed token: 64 closed-loop streams of 512 tokens in / 128 out, server
+      writing back to back; the median of 3 runs of 20 rounds each, after a warm-up run. The
+      fixed cost per request is the CPU per request of answers of one token (the same runs
+      with 1-token answers); the marginal cost per further token follows from the two.
+  (b) schedule lag p99 (``t_sent - t_sched``) at 400 and 800 open-loop streams (a 2 s ramp)
+      with 20 ms between tokens (200 each), on one core: the server emits every stream's token
+      on one shared tick, as an engine's decode step does; ITL error beside it.
+  (c) memory per in-flight stream: the process's RSS at its peak during (b) over its RSS
+      before, per stream in flight at the most (what the engine counted, sampled with the RSS:
+      under a loaded machine's lag fewer than all are in flight at once). The prompts' text
+      (workload.base: blocks of a seed's word stream, decoded once, a few MB that do not grow
+      with streams) is built before the first RSS is taken. RSS also holds what the allocators
+      keep after a burst (and a loaded machine's lag changes how many are in flight), so a
+      second pass (``--traced``, apart: tracing slows the client) takes the Python heap's
+      growth per stream in flight from ``tracemalloc``, when the most are in flight.
 
-    python benchmarks/client_capacity.py [--streams 1000] [--tokens 128] [--sweep]
+Targets (issue 18): (a) lean <= 1.2x raw per token and <= 2x raw per request; (b) lag p99 <= 5 ms
+at 800 streams; (c) <= 16 KB per stream.
+
+    python benchmarks/client_capacity.py [--only a|b] [--rounds 20] [--repeats 3] [--traced lean|aiohttp]
 """
 
 from __future__ import annotations
@@ -27,10 +38,14 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
-import resource
+import subprocess
+import sys
 import tempfile
 import time
+import tracemalloc
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -41,286 +56,328 @@ from loadgen.client.engine import Engine
 from loadgen.records import RecordWriter, read_stream
 from loadgen.workload.base import SyntheticChat
 
-
-def _chunk(i: int) -> bytes:
-    body = {
-        "id": "b",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": "bench",
-        "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}],
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-def _tail(n: int) -> bytes:
-    fin = {
-        "id": "b",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": "bench",
-        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
-    }
-    usage = {
-        "id": "b",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": "bench",
-        "choices": [],
-        "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8},
-    }
-    return b"data: " + orjson.dumps(fin) + b"\n\ndata: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n"
-
-
+INPUT, OUTPUT, STREAMS = 512, 128, 64
 HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
     b"Connection: keep-alive\r\n\r\n"
 )
+_CHUNK = {"id": "b", "object": "chat.completion.chunk", "created": 0, "model": "bench"}
 
 
-def _framed(data: bytes) -> bytes:
+def _event(body: dict[str, Any]) -> bytes:
+    data = b"data: " + orjson.dumps({**_CHUNK, **body}) + b"\n\n"
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-class _Conn(asyncio.Protocol):
-    """Answers every request with n tokens: back to back, or one per ``gap_s`` on a shared tick."""
+def _answer(n: int) -> tuple[list[bytes], bytes]:
+    """One framed event per token, and the tail (finish, usage, [DONE], the last chunk)."""
+    tokens = [
+        _event({"choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}]}) for i in range(n)
+    ]
+    usage = {"prompt_tokens": INPUT, "completion_tokens": n, "total_tokens": n + INPUT}
+    tail = _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    tail += _event({"choices": [], "usage": usage}) + b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % len(b"data: [DONE]\n\n")
+    return tokens, tail
 
+
+# -- the server (its own process) ------------------------------------------------------------------
+class _Conn(asyncio.Protocol):
     def __init__(self, server: _Server) -> None:
-        self.s = server
-        self.buf = b""
-        self.t: asyncio.Transport | None = None
+        self.s, self.buf = server, b""
+        self.t: Any = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.t = transport  # type: ignore[assignment]
+        self.t = transport
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while True:
-            head_end = self.buf.find(b"\r\n\r\n")
-            if head_end < 0:
-                return
-            head = self.buf[:head_end].lower()
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            head = self.buf[:end].lower()
             length = int(head.split(b"content-length:")[1].split(b"\r\n")[0]) if b"content-length:" in head else 0
-            if len(self.buf) < head_end + 4 + length:
+            if len(self.buf) < end + 4 + length:
                 return
-            self.buf = self.buf[head_end + 4 + length :]
+            self.buf = self.buf[end + 4 + length :]
             self.s.start(self)
 
 
 class _Server:
+    """Streams ``tokens`` events to each request: a round over every stream per ``gap_s`` tick,
+    or (``gap_s`` 0) per turn of the loop, each event its own write."""
+
     def __init__(self, tokens: int, gap_s: float) -> None:
         self.tokens, self.gap_s = tokens, gap_s
-        self.chunks = [_framed(_chunk(i)) for i in range(tokens)]
-        self.tail = _framed(_tail(tokens)) + b"0\r\n\r\n"
-        self.active: list[list] = []  # [conn, next token]
+        self.chunks, self.tail = _answer(tokens)
+        self.active: list[list[Any]] = []  # [conn, next token]
+        self.wake = asyncio.Event()
 
     def start(self, conn: _Conn) -> None:
-        assert conn.t is not None
-        if self.gap_s <= 0:
-            conn.t.write(HEAD + b"".join(self.chunks) + self.tail)
-            return
         conn.t.write(HEAD)
         self.active.append([conn, 0])
+        self.wake.set()
 
-    async def tick(self) -> None:
+    def _round(self) -> None:
+        still = []
+        for item in self.active:
+            conn, k = item
+            if conn.t is None or conn.t.is_closing():
+                continue
+            last = k + 1 == self.tokens
+            conn.t.write(self.chunks[k] + self.tail if last else self.chunks[k])
+            item[1] = k + 1
+            if not last:
+                still.append(item)
+        self.active = still
+
+    async def pump(self) -> None:
         loop = asyncio.get_running_loop()
         nxt = loop.time()
         while True:
-            nxt += self.gap_s
-            await asyncio.sleep(max(0.0, nxt - loop.time()))
-            still = []
-            for item in self.active:
-                conn, k = item
-                if conn.t is None or conn.t.is_closing():
-                    continue
-                conn.t.write(self.chunks[k] if k + 1 < self.tokens else self.chunks[k] + self.tail)
-                item[1] = k + 1
-                if k + 1 < self.tokens:
-                    still.append(item)
-            self.active = still
+            if self.gap_s > 0:
+                nxt += self.gap_s
+                await asyncio.sleep(max(0.0, nxt - loop.time()))
+            elif not self.active:
+                self.wake.clear()
+                await self.wake.wait()
+            else:
+                await asyncio.sleep(0)
+            self._round()
 
 
-def _serve(port_q: mp.Queue, tokens: int, gap_s: float, core: int) -> None:
+def _serve(port_q: Any, tokens: int, gap_s: float) -> None:
     try:
-        os.sched_setaffinity(0, {core})
+        os.sched_setaffinity(0, {1})
     except (AttributeError, OSError):
         pass
 
     async def main() -> None:
         srv = _Server(tokens, gap_s)
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Conn(srv), "127.0.0.1", 0, backlog=4096)
+        server = await asyncio.get_running_loop().create_server(lambda: _Conn(srv), "127.0.0.1", 0, backlog=4096)
         port_q.put(server.sockets[0].getsockname()[1])
-        await srv.tick() if gap_s > 0 else await asyncio.Event().wait()
+        await srv.pump()
 
     aio.run(main())
 
 
-def _start_server(tokens: int, gap_s: float) -> tuple[mp.Process, str]:
+def _start_server(tokens: int, gap_s: float) -> tuple[Any, int]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_serve, args=(q, tokens, gap_s, 1), daemon=True)
+    p = ctx.Process(target=_serve, args=(q, tokens, gap_s), daemon=True)
     p.start()
-    return p, f"http://127.0.0.1:{q.get(timeout=30)}/v1"
+    return p, int(q.get(timeout=30))
 
 
-async def _drive(
-    url: str, tokens: int, path: Path, *, offsets_ns: np.ndarray | None = None, users: int = 0, count: int = 0
-) -> tuple[Engine, float, float]:
-    """One engine run: open loop at ``offsets_ns``, or ``users`` closed-loop users sending ``count`` requests."""
-    cfg = EngineConfig(url=url, model="bench", run_id="bench", flush_interval_s=0.2)
-    session = SyntheticChat(input_tokens=8, output_tokens=tokens).session
-    if offsets_ns is not None:
-        plan = Plan(session, offsets_ns, np.arange(len(offsets_ns)))
-    else:
-        plan = Plan(session, concurrency=users, count=count)
+# -- the clients --------------------------------------------------------------------------------------
+class _Raw(asyncio.Protocol):
+    """The floor: sends a prepared request, stamps every read, sends the next at the answer's end."""
+
+    def __init__(self, request: bytes, left: list[int], done: asyncio.Future[None]) -> None:
+        self.request, self.left, self.done = request, left, done
+        self.stamps: list[int] = []
+        self.t: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t = transport
+        self.t.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.stamps.append(time.perf_counter_ns())
+        if data.endswith(b"0\r\n\r\n"):
+            self.stamps = []
+            if self.left[0] > 0:
+                self.left[0] -= 1
+                self.t.write(self.request)
+            elif not self.done.done():
+                self.done.set_result(None)
+
+
+def _request_bytes() -> bytes:
+    body = b'{"model":"bench","messages":[{"role":"user","content":"' + b"w " * (INPUT * 2) + b'"}],"stream":true}'
+    return b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def _raw(port: int, count: int) -> float:
+    """CPU seconds of ``count`` requests over STREAMS raw connections."""
+    loop = asyncio.get_running_loop()
+    left = [count - STREAMS]
+    dones = [loop.create_future() for _ in range(STREAMS)]
+    cpu0 = time.process_time()
+    request = _request_bytes()
+    conns = [await loop.create_connection(partial(_Raw, request, left, d), "127.0.0.1", port) for d in dones]
+    await asyncio.gather(*dones)
+    cpu = time.process_time() - cpu0
+    for t, _ in conns:
+        t.close()
+    return cpu
+
+
+async def _engine(
+    url: str,
+    tokens: int,
+    path: Path,
+    transport: str,
+    *,
+    offsets: np.ndarray | None = None,
+    count: int = 0,
+    traced: list[float] | None = None,
+) -> tuple[Engine, float, float, int, int]:
+    """One engine run (closed loop of STREAMS users, or open loop at ``offsets``): the engine, its
+    CPU seconds, wall seconds, the peak RSS growth (bytes) while it ran and the most requests in
+    flight at once."""
+    cfg = EngineConfig(url=url, model="bench", run_id="bench", flush_interval_s=0.2, transport=transport)
+    session = SyntheticChat(input_tokens=INPUT, output_tokens=tokens).session
+    plan = (
+        Plan(session, offsets, np.arange(len(offsets)))
+        if offsets is not None
+        else Plan(session, concurrency=STREAMS, count=count)
+    )
+    if offsets is not None:
+        for i in range(len(offsets)):
+            session(i)  # the prompts' text blocks (a cache per seed), before the base is taken
+    peak = [0, 0]
+    heap0 = tracemalloc.get_traced_memory()[0]
+
+    async def watch(base: int) -> None:
+        while True:
+            inflight = engine.live.inflight
+            peak[0] = max(peak[0], _rss() - base)
+            if inflight > peak[1] and traced is not None:  # the heap per stream at the most in flight
+                traced[:] = [(tracemalloc.get_traced_memory()[0] - heap0) / inflight, inflight]
+            peak[1] = max(peak[1], inflight)
+            await asyncio.sleep(0.05)
+
     with RecordWriter(path) as w:
         engine = Engine(cfg, w)
+        watcher = asyncio.ensure_future(watch(_rss()))
         cpu0, t0 = time.process_time(), time.perf_counter()
         await engine.run(plan, time.perf_counter_ns() + 100_000_000)
-        return engine, time.process_time() - cpu0, time.perf_counter() - t0
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+        watcher.cancel()
+    return engine, cpu, wall, peak[0], peak[1]
 
 
-def part_a(streams: int, tokens: int, tmp: Path, rounds: int = 20, repeats: int = 3) -> None:
-    """CPU per token at ``tokens`` per answer, and split into a per-request and a per-token part
-    (from runs with 1-token answers), so the figure can be read for any answer length.
-    Each figure is the median of ``repeats`` runs: this kind of machine is noisy."""
-    cost = {}
-    for n in (tokens, 1):
-        proc, url = _start_server(n, 0.0)
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# -- the parts ------------------------------------------------------------------------------------------
+CLIENTS = ("raw", "lean", "aiohttp")
+
+
+def part_a(tmp: Path, rounds: int, repeats: int) -> None:
+    """CPU per token (128-token answers) and per request (1-token answers) of each client."""
+    cost: dict[tuple[str, int], float] = {}  # us per token
+    count = STREAMS * rounds
+    for n in (OUTPUT, 1):
+        proc, port = _start_server(n, 0.0)
+        url = f"http://127.0.0.1:{port}/v1"
         try:
-            aio.run(_drive(url, n, tmp / "warm.arrows", users=streams, count=streams))  # imports, connections
-            runs = []
-            for _ in range(repeats):
-                _, cpu, wall = aio.run(_drive(url, n, tmp / "a.arrows", users=streams, count=streams * rounds))
-                rec = read_stream(tmp / "a.arrows").to_pydict()
-                assert rec["status"].count("ok") == streams * rounds, "the benchmark server failed requests"
-                runs.append(cpu / sum(rec["output_tokens"]) * 1e6)
+            for who in CLIENTS:
+                runs = []
+                for i in range(repeats + 1):  # the first: imports, connections, caches
+                    if who == "raw":
+                        cpu = aio.run(_raw(port, count))
+                    else:
+                        _, cpu, _, _, _ = aio.run(_engine(url, n, tmp / "a.arrows", who, count=count))
+                        status = read_stream(tmp / "a.arrows").column("status").to_pylist()
+                        assert status.count("ok") == count, f"{who}: the benchmark server failed requests"
+                    if i:
+                        runs.append(cpu / (count * n) * 1e6)
+                cost[who, n] = float(np.median(runs))
         finally:
             proc.kill()
-        cost[n] = float(np.median(runs))
-    per_request = cost[1]
-    per_token = (cost[tokens] * tokens - per_request) / (tokens - 1)
+    raw_tok, raw_req = cost["raw", OUTPUT], cost["raw", 1]
     print(
-        f"(a) {streams} streams x {tokens} tokens, one token per chunk, server writing back to back, "
-        f"{rounds} rounds ({aio.loop_name()}): client CPU {cost[tokens]:.2f} us/token (target <= 4) "
-        f"= {per_request:.0f} us per request + {per_token:.2f} us per further token"
+        f"(a) {STREAMS} streams, {INPUT} in / {OUTPUT} out, one event per write, {rounds} rounds x {repeats} "
+        f"(median), {aio.loop_name()}:"
     )
+    for who in CLIENTS:
+        tok, req = cost[who, OUTPUT], cost[who, 1]
+        further = (tok * OUTPUT - req) / (OUTPUT - 1)
+        print(
+            f"    {who:8s} {tok:6.2f} us/token ({tok / raw_tok:.2f}x raw), {req:6.0f} us per request "
+            f"({req / raw_req:.2f}x raw), {further:5.2f} us per further token"
+        )
+    print("    targets: lean <= 1.20x raw per token, <= 2.00x raw per request")
 
 
-def part_bc(streams: int, gap_ms: float, tmp: Path, memory: bool = True) -> float:
-    tokens = 200
-    proc, url = _start_server(tokens, gap_ms / 1e3)
+def part_bc(tmp: Path, streams: int, transport: str, gap_ms: float = 20.0, tokens: int = 200) -> None:
+    proc, port = _start_server(tokens, gap_ms / 1e3)
     try:
-        ramp_s = 2.0
-        offs = np.linspace(0, ramp_s * 1e9, streams).astype(np.int64)
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        engine, cpu, wall = aio.run(_drive(url, tokens, tmp / "b.arrows", offsets_ns=offs))
-        rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        offs = np.linspace(0, 2e9, streams).astype(np.int64)
+        url = f"http://127.0.0.1:{port}/v1"
+        engine, cpu, wall, grew, most = aio.run(_engine(url, tokens, tmp / "b.arrows", transport, offsets=offs))
     finally:
         proc.kill()
     rec = read_stream(tmp / "b.arrows").to_pydict()
     lag = (np.array(rec["t_sent"], dtype=float) - np.array(rec["t_sched"], dtype=float)) / 1e6
     gaps = np.concatenate([np.diff(np.asarray(c)) for c in rec["chunk_ns"] if len(c) > 1]) / 1e6
     err = gaps - gap_ms
-    n_tok = sum(rec["output_tokens"])
     print(
-        f"(b) {streams} streams, {gap_ms:g} ms between tokens, one client core: {rec['status'].count('ok')} ok; "
-        f"client CPU {cpu / wall:.0%} of a core, {cpu * 1e6 / max(n_tok, 1):.1f} us/token"
+        f"(b) {transport:8s} {streams} streams x {gap_ms:g} ms: {rec['status'].count('ok')} ok, client CPU "
+        f"{cpu / wall:.0%} of a core; schedule lag p50 {np.percentile(lag, 50):.2f} ms, p99 "
+        f"{np.percentile(lag, 99):.2f} ms (target <= 5); ITL error p50 {np.percentile(err, 50):+.2f} ms, "
+        f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag p99 {engine.probe.lag_p99_ms:.1f} ms"
     )
     print(
-        f"    schedule lag p50 {np.percentile(lag, 50):.2f} ms, p99 {np.percentile(lag, 99):.2f} ms "
-        f"(target p99 <= 5); ITL error p50 {np.percentile(err, 50):+.2f} ms, "
-        f"p99 |err| {np.percentile(np.abs(err), 99):.2f} ms; loop lag p99 {engine.probe.lag_p99_ms:.1f} ms, "
-        f"max {engine.probe.lag_max_ms:.1f} ms; read-stamp lateness p99 {engine.probe.read_p99_ms:.2f} ms"
+        f"(c) {transport:8s} RSS grew {grew / 2**20:.1f} MiB at the peak, {most} streams in flight at the most: "
+        f"{grew / max(most, 1) / 1024:.1f} KB per stream (target <= 16)"
     )
-    if memory:
-        print(
-            f"(c) peak RSS grew {(rss1 - rss0) / 1024:.1f} MiB for {streams} in-flight streams: "
-            f"{(rss1 - rss0) / streams:.1f} KB per stream (target <= 50)"
-        )
-    return float(np.percentile(lag, 99))
 
 
-class _Counting(asyncio.Protocol):
-    """The floor: a client that sends one request and only stamps and counts what comes back."""
-
-    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Length: 2\r\n\r\n{}"
-
-    def __init__(self, done: asyncio.Future[None], counts: list[int]) -> None:
-        self.done, self.counts = done, counts
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.t = transport
-        transport.write(self.request)  # type: ignore[attr-defined]
-
-    def data_received(self, data: bytes) -> None:
-        time.perf_counter_ns()
-        self.counts[0] += 1
-        if data.endswith(b"0\r\n\r\n"):
-            self.t.close()
-            self.done.set_result(None)
-
-
-def part_floor(streams: int, gap_ms: float) -> None:
-    proc, url = _start_server(200, gap_ms / 1e3)
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
-
-    async def main() -> tuple[float, int]:
-        loop = asyncio.get_running_loop()
-        counts = [0]
-
-        async def one(delay: float) -> None:
-            await asyncio.sleep(delay)
-            done = loop.create_future()
-            await loop.create_connection(lambda: _Counting(done, counts), "127.0.0.1", port)
-            await done
-
-        cpu0 = time.process_time()
-        await asyncio.gather(*(one(2.0 * i / streams) for i in range(streams)))
-        return time.process_time() - cpu0, counts[0]
-
+def part_c_traced(tmp: Path, streams: int, transport: str, gap_ms: float = 20.0, tokens: int = 200) -> None:
+    """(c) again, as the Python heap's growth per in-flight stream (``tracemalloc``)."""
+    proc, port = _start_server(tokens, gap_ms / 1e3)
+    per: list[float] = []
     try:
-        cpu, reads = aio.run(main())
+        offs = np.linspace(0, 1e9, streams).astype(np.int64)
+        tracemalloc.start(1)
+        aio.run(_engine(f"http://127.0.0.1:{port}/v1", tokens, tmp / "c.arrows", transport, offsets=offs, traced=per))
+        tracemalloc.stop()
     finally:
         proc.kill()
+    if not per:
+        raise SystemExit(f"(c) {transport}: no request was ever in flight")
     print(
-        f"floor: a bare {aio.loop_name()} Protocol reading the same {streams} streams spends "
-        f"{cpu * 1e6 / reads:.1f} us per read (connections included): this machine's cost before any HTTP or SSE"
+        f"(c) {transport:8s} Python heap (tracemalloc) at the most in flight ({per[1]:.0f} of {streams}): "
+        f"{per[0] / 1024:.1f} KB per stream (target <= 16)"
     )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--streams", type=int, default=1000)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--gap-ms", type=float, default=20.0)
-    ap.add_argument("--sweep", action="store_true", help="also find how many streams one core keeps up with")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--only", choices=["a", "b"], help="run just one part")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--one-b", metavar="STREAMS:TRANSPORT", help=argparse.SUPPRESS)  # (b) in a fresh process
+    ap.add_argument("--traced", metavar="TRANSPORT", help="only (c)'s traced pass, 800 streams on TRANSPORT")
     args = ap.parse_args()
     try:
         os.sched_setaffinity(0, {0})  # the client gets one core
     except (AttributeError, OSError):
         pass
+    with open("/proc/loadavg") as f:
+        print(f"load average before: {f.read().strip()}")
+    if args.traced:
+        with tempfile.TemporaryDirectory() as d:
+            part_c_traced(Path(d), 800, args.traced)
+        return
+    if args.one_b:
+        streams, transport = args.one_b.split(":")
+        with tempfile.TemporaryDirectory() as d:
+            part_bc(Path(d), int(streams), transport)
+        return
     with tempfile.TemporaryDirectory() as d:
         if args.only != "b":
-            part_a(64, args.tokens, Path(d))
-        if args.only == "a":
-            return
-        part_bc(args.streams, args.gap_ms, Path(d))
-        part_floor(args.streams, args.gap_ms)
-        if args.sweep:
-            kept_up = 0
-            for n in (800, 600, 400, 300, 200, 100):
-                if n >= args.streams:
-                    continue
-                if part_bc(n, args.gap_ms, Path(d), memory=False) <= 5.0:
-                    kept_up = n
-                    break
-            print(
-                f"one client core keeps lag p99 <= 5 ms up to about {kept_up} streams at {args.gap_ms:g} ms "
-                f"({kept_up * 1e3 / args.gap_ms:,.0f} reads/s)"
-            )
+            part_a(Path(d), args.rounds, args.repeats)
+    if args.only != "a":
+        for streams in (800, 400):  # each in a fresh process: its RSS growth is its own
+            for transport in ("lean", "aiohttp"):
+                subprocess.run([sys.executable, __file__, "--one-b", f"{streams}:{transport}"], check=True)
+        for transport in ("lean", "aiohttp"):
+            subprocess.run([sys.executable, __file__, "--traced", transport], check=True)
+    with open("/proc/loadavg") as f:
+        print(f"load average after: {f.read().strip()}")
 
 
 if __name__ == "__main__":

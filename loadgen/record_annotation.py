@@ -52,6 +52,8 @@ def annotate(
     in_window: ArrayLike,
     metadata: Mapping[str, str],
     derived: Mapping[str, ArrayLike] | None = None,
+    *,
+    table: pa.Table | None = None,
 ) -> Path:
     """Rewrite ``folder``'s records.parquet with ``in_window`` (one bool per row, in file order),
     the ``derived`` columns (``DERIVED_SCHEMA``'s other names; one left out is written all null)
@@ -59,25 +61,32 @@ def annotate(
     (``records.file_metadata``). Replaces an earlier annotation whole. A folder with no Parquet
     file (not compacted) is a ConfigError, a file of a newer schema a SpecError, one that cannot
     be written a ConfigError (the old file kept); one line each. A value of the wrong shape or
-    kind is a ValueError (a caller's bug)."""
+    kind is a ValueError (a caller's bug).
+
+    ``table``: the file's records as ``records.read_records`` returned them (every row, in file
+    order, derived columns left out), so that the file is not read again: only its footer is,
+    and any column of a newer minor version the table lacks. The file is written row group by
+    row group (as many rows each as the file had), from the table as it is: no second copy."""
     path = Path(folder) / PARQUET_NAME
     if not path.exists():
         raise ConfigError(f"{folder}: no {PARQUET_NAME} to annotate (the run's records were not compacted)")
     meta = _checked_metadata(metadata)
     try:
-        table = pq.read_table(path)
+        footer = pq.read_metadata(path)
+        schema = footer.schema.to_arrow_schema()
+        found = check_readable(schema.metadata, SCHEMA_VERSION, str(path))
+        kept = _records_of(pq.read_table(path) if table is None else _with_newer(table, schema, footer, path), path)
     except (pa.ArrowException, OSError) as e:
         raise SpecError(f"{path}: unreadable records ({_first_line(e)})") from None
-    found = check_readable(table.schema.metadata, SCHEMA_VERSION, str(path))
-    columns = _derived_columns(table.num_rows, in_window, derived or {})
-    kept = _records_of(table, path)
+    columns = _derived_columns(kept.num_rows, in_window, derived or {})
     for f in DERIVED_SCHEMA:
         kept = kept.append_column(f, columns[f.name])
     version = max(found, SCHEMA_VERSION, key=parse_version)
     kept = kept.replace_schema_metadata({**file_metadata(), VERSION_KEY: version, **meta})
     tmp = path.with_name(PARQUET_NAME + ".tmp")
-    try:
-        pq.write_table(kept, tmp, compression="zstd")
+    rows = footer.row_group(0).num_rows if footer.num_row_groups else 0
+    try:  # pq.write_table writes ``kept`` a row group at a time (a slice each: no copy of the table)
+        pq.write_table(kept, tmp, compression="zstd", row_group_size=max(rows, _MIN_ROW_GROUP))
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -99,6 +108,23 @@ def read_metadata(folder: str | os.PathLike[str]) -> dict[str, str]:
         if key.startswith(METADATA_PREFIX):
             out[key] = v.decode("utf-8", "replace")
     return out
+
+
+_MIN_ROW_GROUP = 1 << 14  # rows per row group at least (a file of one small group keeps that size)
+
+
+def _with_newer(table: pa.Table, schema: pa.Schema, footer: pq.FileMetaData, path: Path) -> pa.Table:
+    """``table`` (the file's records as read) with the columns of a newer minor version that the
+    file holds beside ``SCHEMA``'s and the table lacks, read from the file (those columns only)."""
+    if table.num_rows != footer.num_rows:
+        raise ValueError(f"{path}: the table given has {table.num_rows} rows, the file {footer.num_rows}")
+    lacking = [n for n in schema.names if n not in DERIVED and n not in table.column_names]
+    if not lacking:
+        return table
+    newer = pq.read_table(path, columns=lacking)
+    for name in lacking:
+        table = table.append_column(newer.schema.field(name), newer.column(name))
+    return table
 
 
 def _records_of(table: pa.Table, path: Path) -> pa.Table:

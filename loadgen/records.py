@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loadgen.errors import ConfigError, SpecError
@@ -95,7 +97,7 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("turn", pa.int32()),
     pa.field("endpoint", pa.string()),  # endpoint label (never a key)
     pa.field("model", pa.string()),
-    pa.field("api", pa.string()),  # chat | completions
+    pa.field("api", pa.string()),  # config.APIS: chat | completions | responses | embeddings | rerank
     pa.field("t_sched", pa.int64()),  # perf_counter_ns, intended send time
     pa.field("t_sent", pa.int64()),
     pa.field("t_headers", pa.int64()),
@@ -117,6 +119,7 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("finish_reason", pa.string()),
     pa.field("tool_calls", pa.int32()),  # tool calls in the answer; null if the request offered no tools
     pa.field("inputs", pa.int32()),  # embeddings inputs or rerank documents sent; null for other APIs
+    pa.field("stage", pa.string()),  # a pipeline's stage (embed | rerank | generate); null outside one
     pa.field("status", pa.string()),
     pa.field("http_status", pa.int32()),
     pa.field("error", pa.string()),
@@ -129,7 +132,8 @@ SCHEMA = pa.schema(_FIELDS)
 # before issue 13/14. 1.1: status ``not_sent``, columns ``t_first_content`` and ``reasoning_tokens``,
 # and in a compacted file the derived columns and metadata analysis adds (``record_annotation``).
 # 1.2: columns ``stream_end``, ``tool_calls`` and ``inputs``; APIs responses, embeddings, rerank.
-SCHEMA_VERSION = "1.2"
+# 1.3: column ``stage`` (the rag-pipeline workload: each user request a session of stage requests).
+SCHEMA_VERSION = "1.3"
 LOADGEN_VERSION_KEY = "loadgen.version"
 
 SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
@@ -169,6 +173,7 @@ class Record:
     finish_reason: str | None = None
     tool_calls: int | None = None
     inputs: int | None = None
+    stage: str | None = None
     status: str = "ok"
     http_status: int | None = None
     error: str | None = None
@@ -337,10 +342,11 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
         done = read_records(run)
         parts = [done, *(_not_in(t, done) for t in parts)]
     table = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
-    table = table.sort_by([("point", "ascending"), ("t_sched", "ascending")]).replace_schema_metadata(file_metadata())
+    parts.clear()  # the streams' records are held once, by ``table``, never sorted whole
+    table = table.replace_schema_metadata(file_metadata())
     tmp = run / (PARQUET_NAME + ".tmp")
-    try:
-        pq.write_table(table, tmp, compression="zstd")
+    try:  # row groups of _ROW_GROUP rows: the writer holds one encoded at a time, a reader decodes one
+        _write_sorted(table, tmp)
         os.replace(tmp, parquet)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -349,6 +355,39 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
     for p in paths:
         p.unlink(missing_ok=True)
     return parquet
+
+
+_ROW_GROUP = 1 << 17  # rows per row group of records.parquet (~17 M chunks of a 128-chunk run)
+
+
+def _write_sorted(table: pa.Table, path: Path) -> None:
+    """Write ``table`` sorted by (point, t_sched), stably, as ``table.sort_by`` would, a row group
+    at a time: each group's rows taken batch by batch from the batches that hold them (a take
+    across a table's chunks would concatenate whole columns), so no sorted copy of the whole
+    table is ever held, only one row group's."""
+    by_time = pc.sort_indices(table, sort_keys=[("point", "ascending"), ("t_sched", "ascending")])
+    order = by_time.to_numpy().astype(np.int64)  # (arrow gives uint64)
+    batches = table.to_batches()
+    starts = np.cumsum([0, *(b.num_rows for b in batches)])
+    with pq.ParquetWriter(path, table.schema, compression="zstd") as w:
+        if table.num_rows == 0:
+            w.write_table(table)
+        for lo in range(0, table.num_rows, _ROW_GROUP):
+            w.write_table(_taken(table.schema, batches, starts, order[lo : lo + _ROW_GROUP]))  # then freed
+
+
+def _taken(schema: pa.Schema, batches: list[pa.RecordBatch], starts: Any, rows: Any) -> pa.Table:
+    """The ``rows`` of the table whose ``batches`` begin at rows ``starts``, in that order: each
+    batch's taken by one take, then put in order (the pieces freed on return)."""
+    which = np.searchsorted(starts, rows, side="right") - 1
+    by = np.argsort(which, kind="stable")  # the rows by batch, each batch's in the order asked
+    held = which[by]
+    cuts = [0, *(np.flatnonzero(np.diff(held)) + 1).tolist(), by.size]
+    spans = zip(cuts[:-1], cuts[1:], strict=True)
+    pieces = pa.Table.from_batches([batches[held[a]].take(rows[by[a:b]] - starts[held[a]]) for a, b in spans], schema)
+    back = np.empty_like(by)
+    back[by] = np.arange(by.size)
+    return pieces.take(back)
 
 
 def file_metadata() -> dict[str, str]:

@@ -81,9 +81,17 @@ class Secrets:
         object.__setattr__(self, "_pattern", re.compile(pattern) if pattern else None)
 
     @classmethod
-    def of(cls, *, api_key: str | None = None, headers: Iterable[str] = (), url: str | None = None) -> Secrets:
-        """The secrets of a run: its key, its extra header values, the credentials in its URL."""
-        values = [api_key or "", *headers, *(url_secrets(url) if url else ())]
+    def of(
+        cls,
+        *,
+        api_key: str | None = None,
+        headers: Iterable[str] = (),
+        url: str | None = None,
+        urls: Iterable[str] = (),
+    ) -> Secrets:
+        """The secrets of a run: its key, its extra header values, the credentials in its URLs
+        (``url``, and ``urls``: a pipeline's stage endpoints)."""
+        values = [api_key or "", *headers, *(s for u in (url, *urls) if u for s in url_secrets(u))]
         return cls(tuple(dict.fromkeys(v for v in values if v)))
 
     def __bool__(self) -> bool:

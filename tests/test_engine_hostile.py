@@ -1,5 +1,6 @@
 """The engine against hostile loopback endpoints (tests/hostile.py), where the wire matters:
-compression, broken framing, echoed keys, capped error bodies, and a stop from a signal handler."""
+compression, broken framing, echoed keys, capped error bodies, and a stop from a signal handler;
+each through both transports (the lean wire and aiohttp's)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from loadgen.client.aiohttp_transport import ERROR_BODY_BYTES, AiohttpTransport
 from loadgen.client.config import EngineConfig, Plan, Timeouts
 from loadgen.client.engine import Engine
 from loadgen.client.holds import HoldQueue
-from loadgen.client.transport import Exchange
+from loadgen.client.transport import Exchange, Transport
+from loadgen.client.wire.connection import ERROR_BODY_BYTES as LEAN_ERROR_BODY_BYTES
+from loadgen.client.wire.transport import LeanTransport
 from loadgen.records import RecordWriter, read_stream
 from loadgen.workload.base import SyntheticChat
 
@@ -34,6 +37,12 @@ SLOW = Timeouts(first_byte=20.0, idle=20.0, total=25.0)  # a request ending by a
 def hostile() -> Iterator[HostileServer]:
     with serve_in_thread() as server:
         yield server
+
+
+@pytest.fixture(params=["lean", "aiohttp"])
+def wire(request: pytest.FixtureRequest) -> str:
+    """The transport the engine sends through (EngineConfig.transport)."""
+    return str(request.param)
 
 
 def _send(
@@ -55,18 +64,20 @@ def _send(
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_compressed_answer_although_identity_was_asked_is_a_bad_stream(
-    hostile: HostileServer, tmp_path: Path, encoding: str
+    hostile: HostileServer, tmp_path: Path, encoding: str, wire: str
 ) -> None:
-    rec = _send(hostile.url(encoding), tmp_path / "r.arrows")
+    rec = _send(hostile.url(encoding, wire), tmp_path / "r.arrows", transport=wire)
     assert rec["status"] == ["bad_stream"] * 2
     assert rec["error"] == [f"compressed answer (Content-Encoding: {encoding}) although identity was asked"] * 2
-    for served in hostile.served(encoding):
+    for served in hostile.served(encoding, wire):
         asked = [v for k, v in served["headers"] if k.lower() == "accept-encoding"]
         assert asked == ["identity"]  # aiohttp's own "gzip, deflate" replaced, not added to
 
 
-def test_a_chunked_body_with_bad_framing_fails_at_once_not_by_a_timeout(hostile: HostileServer, tmp_path: Path) -> None:
-    rec = _send(hostile.url("bad-chunked"), tmp_path / "r.arrows")
+def test_a_chunked_body_with_bad_framing_fails_at_once_not_by_a_timeout(
+    hostile: HostileServer, tmp_path: Path, wire: str
+) -> None:
+    rec = _send(hostile.url("bad-chunked"), tmp_path / "r.arrows", transport=wire)
     assert rec["status"] == ["disconnected"] * 2  # with 20 s timeouts: a timeout would say so
     assert all("payload is not completed" in e for e in rec["error"])
     assert all(len(c) == 1 for c in rec["chunk_ns"])  # the token before the broken chunk is kept
@@ -84,9 +95,9 @@ def _forms() -> dict[str, str]:
 
 @pytest.mark.parametrize("behaviour,status", [("echo-auth-error", "http_error"), ("echo-auth", "ok")])
 def test_an_endpoint_echoing_the_key_gets_it_into_no_record(
-    hostile: HostileServer, tmp_path: Path, behaviour: str, status: str
+    hostile: HostileServer, tmp_path: Path, behaviour: str, status: str, wire: str
 ) -> None:
-    rec = _send(hostile.url(behaviour), tmp_path / "r.arrows", keep_text=True)
+    rec = _send(hostile.url(behaviour), tmp_path / "r.arrows", keep_text=True, transport=wire)
     assert rec["status"] == [status] * 2
     if status == "http_error":
         assert all(e.startswith("HTTP 401: ") and "[REDACTED]" in e for e in rec["error"])
@@ -95,7 +106,7 @@ def test_an_endpoint_echoing_the_key_gets_it_into_no_record(
         assert not [t for t in texts if form in t], name
 
 
-def test_an_error_body_is_read_up_to_its_cap(tmp_path: Path) -> None:
+def test_an_error_body_is_read_up_to_its_cap(tmp_path: Path, wire: str) -> None:
     async def handler(request: aiohttp.web.Request) -> aiohttp.web.Response:
         return aiohttp.web.Response(status=503, body=b"e" * (4 << 20))
 
@@ -107,7 +118,11 @@ def test_an_error_body_is_read_up_to_its_cap(tmp_path: Path) -> None:
         site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/chat/completions"
-        transport = AiohttpTransport(url, connect_timeout_s=5.0, read_bufsize=1 << 16)
+        transport: Transport = (
+            LeanTransport(url, connect_timeout_s=5.0)
+            if wire == "lean"
+            else AiohttpTransport(url, connect_timeout_s=5.0, read_bufsize=1 << 16)
+        )
         clock = time.perf_counter_ns
         ex = Exchange(1, b"{}", {"X-Loadgen-Seq": "1"}, clock())
         try:
@@ -118,11 +133,11 @@ def test_an_error_body_is_read_up_to_its_cap(tmp_path: Path) -> None:
         return ex
 
     ex = asyncio.run(go())
-    assert ex.status == 503 and ex.error == b"e" * ERROR_BODY_BYTES
+    assert ex.status == 503 and ex.error == b"e" * ERROR_BODY_BYTES == b"e" * LEAN_ERROR_BODY_BYTES
 
 
 def test_a_stop_from_a_signal_handler_then_a_second_one_ends_the_run_at_once(
-    hostile: HostileServer, tmp_path: Path
+    hostile: HostileServer, tmp_path: Path, wire: str
 ) -> None:
     """Three requests to an endpoint that never answers, a drain of 60 s: SIGUSR1 stops the
     run (the loop's signal handler calls ``stop``), a second ends the drain; every request is
@@ -132,7 +147,8 @@ def test_a_stop_from_a_signal_handler_then_a_second_one_ends_the_run_at_once(
     async def go() -> dict[str, list[Any]]:
         loop = asyncio.get_running_loop()
         wl = SyntheticChat(input_tokens=8, output_tokens=4)
-        cfg = EngineConfig(url=hostile.url("never-answer"), model="m", run_id="t", timeouts=SLOW)
+        url = hostile.url("never-answer", wire)
+        cfg = EngineConfig(url=url, model="m", run_id="t", timeouts=SLOW, transport=wire)
         with RecordWriter(tmp_path / "r.arrows") as w:
             engine = Engine(cfg, w, api_key=KEY)
             engines.append(engine)
@@ -140,7 +156,7 @@ def test_a_stop_from_a_signal_handler_then_a_second_one_ends_the_run_at_once(
             try:
 
                 async def signal_twice() -> None:
-                    while engine.live.inflight < 3 or len(hostile.served("never-answer")) < 3:
+                    while engine.live.inflight < 3 or len(hostile.served("never-answer", wire)) < 3:
                         await asyncio.sleep(0.01)
                     os.kill(os.getpid(), signal.SIGUSR1)
                     await asyncio.sleep(0.05)

@@ -22,7 +22,7 @@ import pytest
 
 from loadgen.cli.main import build_parser
 
-UNITLESS = {"seed", "port"}  # numbers that are their own unit
+UNITLESS = {"seed", "port"}  # numbers that are their own unit (also as the last word: master_port)
 FLAGS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction, argparse._CountAction)
 SKIPPED = (argparse._HelpAction, argparse._VersionAction, argparse._AppendAction, argparse._ExtendAction, *FLAGS)
 
@@ -68,7 +68,7 @@ def problem(action: argparse.Action) -> str | None:
             after = text[m.end() :]
             if not numeric and after[:1] in (")", ";", ",", " "):
                 return None
-            if numeric and (action.dest in UNITLESS or re.match(r" [^\W\d]|%| ?\$", after)):
+            if numeric and (action.dest.rsplit("_", 1)[-1] in UNITLESS or re.match(r" [^\W\d]|%| ?\$", after)):
                 return None
             if numeric and after[:1] == ")":
                 return f"states the default {shown} without its unit"

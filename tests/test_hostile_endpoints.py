@@ -20,7 +20,9 @@ the row holds issue 13's promises:
 - the server saw the client stop (no exchange ran into the server's own byte or time cap)
   and nothing arrived after loadgen exited.
 
-The checks are in tests/hostile_checks.py. Each run is forked from one interpreter that
+Every row runs on the lean wire (the default transport); a representative subset runs again
+on aiohttp's (``AIOHTTP_ROWS``, ``--transport aiohttp``), and each row checks that run.json names
+the transport it asked for. The checks are in tests/hostile_checks.py. Each run is forked from one interpreter that
 imported loadgen once (tests/hostile_runner.py), four at a time (mostly waiting on the
 server or on their timeouts), which keeps the suite near 40 s on 2 idle cores;
 ``LOADGEN_HOSTILE_FORK=0`` starts each as ``python -m loadgen`` instead. The whole table:
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote, unquote
 
+import orjson
 import pytest
 from hostile import HostileServer, serve_in_thread
 from hostile_behaviours import BEHAVIOURS
@@ -185,6 +188,26 @@ CASES = [
 ]
 
 
+# The lean wire (the default) runs every row above; aiohttp's transport (--transport aiohttp), a
+# representative row of each kind: a good stream, a compressed one, broken framing, a reset, a close
+# mid-answer, a timeout, an error status, a huge header, credentials in the URL, a redirect.
+# Every row checks in run.json that its transport ran. (The whole table on aiohttp too:
+# LOADGEN_HOSTILE_AIOHTTP=all.)
+AIOHTTP_ROWS = frozenset(
+    ("ok", "gzip", "bad-chunked", "reset-mid", "close-after-headers", "never-answer", "http429")
+    + ("header-huge", "url-credentials", "redirect-loop")
+)
+_ON_AIOHTTP = ("--transport", "aiohttp")
+
+
+def on_aiohttp(case: Case) -> Case:
+    return case._replace(id=f"{case.id}-aiohttp", extra=(*_ON_AIOHTTP, *case.extra))
+
+
+_EVERY = os.environ.get("LOADGEN_HOSTILE_AIOHTTP") == "all"
+CASES += [on_aiohttp(c) for c in CASES if (_EVERY or c.id in AIOHTTP_ROWS) and UNUSABLE not in c.statuses]
+
+
 @dataclass
 class Outcome:
     case: Case
@@ -295,6 +318,17 @@ def check(out: Outcome, home: Path, server: HostileServer, t_exit_ns: int) -> No
     if out.rss_mib > MAX_RSS_MIB:
         f.append(f"memory: peak RSS {out.rss_mib:.0f} MiB")
     f.extend(_check_server(server, case, t_exit_ns))
+    f.extend(_check_transport(home / "run" / "run.json", case))
+
+
+def _check_transport(run_json: Path, case: Case) -> list[str]:
+    """The run went through the transport it asked for, with no fallback (no proxy here)."""
+    if UNUSABLE in case.statuses or not run_json.exists():
+        return []
+    client = orjson.loads(run_json.read_bytes()).get("client", {})
+    want = "aiohttp" if case.extra[:2] == _ON_AIOHTTP else "lean"
+    got = (client.get("transport"), client.get("transport_fallback"))
+    return [] if got == (want, "") else [f"transport: run.json says {got}, not ({want!r}, '')"]
 
 
 def _last_line(text: bytes) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from loadgen.client.loop_probe import PERIOD_NS, READ_EVERY, LagHistogram, LoopProbe
-from loadgen.client.shards import _merge
+from loadgen.client.shards import merge_health
 from loadgen.clock import VirtualClock, run_virtual
 
 MS = 1_000_000
@@ -95,5 +95,5 @@ def _worker(lag99: float, lagmax: float, read99: float) -> dict[str, Any]:
 
 
 def test_workers_merge_to_the_worst_of_their_self_checks() -> None:
-    merged = _merge([_worker(1.0, 30.0, 0.5), _worker(12.0, 20.0, 3.0)])
+    merged = merge_health([_worker(1.0, 30.0, 0.5), _worker(12.0, 20.0, 3.0)])
     assert (merged["loop_lag_p99_ms"], merged["loop_lag_max_ms"], merged["read_lateness_p99_ms"]) == (12.0, 30.0, 3.0)

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from loadgen.cli.main import build_parser, main
-from loadgen.cli.run_cmd import resolve_workload, settings_from_args
+from loadgen.cli.run_settings import resolve_workload, settings_from_args
 from loadgen.cli.sweep_cmd import settings_from_args as sweep_settings_from_args
 from loadgen.client.fingerprint import first_request, without_stream_options
 from loadgen.client.settings import RunSettings, engine_config

@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.cli.main import main
+from loadgen.conformance.gate import gate_run
+from loadgen.conformance.slo import load_profile
 
 
 @pytest.mark.parametrize(("api", "batch"), [("embeddings", 3), ("rerank", 5)])
@@ -32,6 +34,10 @@ def test_a_pooled_run_records_its_inputs_and_reports_inputs_per_second(
     assert "inputs: " in printed and " inputs/s, " in printed and "over 8 ok requests" in printed
     pooled = orjson.loads((out / "summary.json").read_bytes())["pooled"]
     assert pooled["requests"] == 8 and pooled["inputs_per_s"] == pytest.approx(batch * pooled["requests_per_s"])
+    # an SLO gate judges it by E2E; the token criteria are undefined here, and said so
+    cases = {c.data["metric"]: c for c in gate_run(out, load_profile("interactive-chat")).cases}
+    assert cases["e2e"].data["n"] == 8 and cases["ttft"].status == cases["tpot"].status == "inconclusive"
+    assert f"undefined for an {api} run: its answers stream no tokens" in cases["ttft"].message
 
 
 def test_a_pooled_workload_needs_its_api(tmp_path: Path, capsys: Any) -> None:

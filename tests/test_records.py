@@ -409,7 +409,7 @@ def test_compact_on_a_full_disk_is_a_config_error_and_keeps_the_streams(
     def full(*args: object, **kw: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(pq, "write_table", full)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)  # compact writes row group by row group
     with pytest.raises(
         ConfigError, match=r"cannot write \(No space left on device\); the records stay in records.arrows"
     ):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loadgen.cli.main import build_parser
-from loadgen.cli.run_cmd import settings_from_args
+from loadgen.cli.run_settings import settings_from_args
 from loadgen.client.config import Timeouts
 from loadgen.client.point import cpu_utilisation
 from loadgen.client.run import command_line

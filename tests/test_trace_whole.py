@@ -19,7 +19,7 @@ import pytest
 
 from loadgen.cli.main import build_parser
 from loadgen.cli.overrides import parse_set_items
-from loadgen.cli.run_cmd import arrival_label, resolve_workload, settings_from_args, what_is_sent
+from loadgen.cli.run_settings import arrival_label, resolve_workload, settings_from_args, what_is_sent
 from loadgen.client import trace_cut
 from loadgen.client.point import build_plan
 from loadgen.client.settings import DEFAULT_DURATION_S, RunSettings

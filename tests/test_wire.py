@@ -1,4 +1,5 @@
-"""The aiohttp transport and its internals (_aiohttp.py) over real loopback and a hand-fed protocol."""
+"""The transports over real loopback (the lean wire and aiohttp, both ways), and aiohttp's internals
+(_aiohttp.py) on a hand-fed protocol."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ async def _serve(
 
 
 def _run(
-    tmp_path: Path, n: int, gap_s: float, plan: Plan, drop_reused: bool = False
+    tmp_path: Path, n: int, gap_s: float, plan: Plan, drop_reused: bool = False, path: str = "lean"
 ) -> tuple[dict[str, list[Any]], dict[str, list[Any]], Engine]:
     log: dict[str, list[Any]] = {"arrived": [], "wrote": [], "dropped": []}
 
@@ -97,7 +98,7 @@ def _run(
         server, url = await _serve(log, n, gap_s, drop_reused)
         async with server:
             with RecordWriter(tmp_path / "r.arrows") as w:
-                engine = Engine(EngineConfig(url=url, model="m", run_id="t"), w)
+                engine = Engine(EngineConfig(url=url, model="m", run_id="t", transport=_wire(path)), w)
                 await engine.run(plan, time.perf_counter_ns() + 10_000_000, grace_s=20)
         return engine
 
@@ -105,10 +106,14 @@ def _run(
     return read_stream(tmp_path / "r.arrows").to_pydict(), log, engine
 
 
-@pytest.fixture(params=["fast", "plain"])
+def _wire(path: str) -> str:
+    return "lean" if path == "lean" else "aiohttp"
+
+
+@pytest.fixture(params=["lean", "fast", "plain"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each way the transport can go: its fast path, or aiohttp's public API alone (as on an
-    aiohttp whose internals no longer fit)."""
+    """Each way a request can go: the lean wire (client.wire), aiohttp's fast path, or aiohttp's
+    public API alone (as on an aiohttp whose internals no longer fit)."""
     if request.param == "plain":
         monkeypatch.setattr(aiohttp_transport, "fast_path", lambda connector: FastPath(False, "turned off by a test"))
     return str(request.param)
@@ -168,8 +173,8 @@ def test_t_sent_is_when_the_request_was_written(tmp_path: Path, path: str) -> No
         pytest.skip("the plain path holds nothing: t_sent is its post")
     wl = SyntheticChat(input_tokens=4, output_tokens=3)
     offs = (np.arange(20) * 5e6).astype(np.int64)
-    rec, log, engine = _run(tmp_path, 3, 0.002, Plan(wl.session, offs, np.arange(20)))
-    assert set(rec["status"]) == {"ok"} and engine.fast_path.ok == (path == "fast")
+    rec, log, engine = _run(tmp_path, 3, 0.002, Plan(wl.session, offs, np.arange(20)), path=path)
+    assert set(rec["status"]) == {"ok"} and engine.fast_path.ok == (path != "plain")
     sent = np.sort(np.asarray(rec["t_sent"]))
     arrived = np.sort(np.asarray(log["arrived"]))
     assert (np.asarray(rec["t_sent"]) >= np.asarray(rec["t_sched"])).all()  # never before its instant
@@ -180,7 +185,7 @@ def test_t_sent_is_when_the_request_was_written(tmp_path: Path, path: str) -> No
 
 def test_a_request_sent_on_a_connection_the_server_dropped_is_sent_again_once(tmp_path: Path, path: str) -> None:
     wl = SyntheticChat(input_tokens=4, output_tokens=2)
-    rec, log, _ = _run(tmp_path, 2, 0.001, Plan(wl.session, concurrency=1, count=5), drop_reused=True)
+    rec, log, _ = _run(tmp_path, 2, 0.001, Plan(wl.session, concurrency=1, count=5), drop_reused=True, path=path)
     assert rec["status"] == ["ok"] * 5
     # requests 2..5 each went out first on the pooled connection, which the server dropped
     assert len(log["dropped"]) == 4
@@ -196,12 +201,14 @@ def test_without_the_fast_path_the_run_says_so_and_its_summary_warns(
     async def go() -> dict[str, Any]:
         server, url = await _serve(log, 2, 0.001)
         async with server:
-            settings = RunSettings(endpoint=url, model="m", arrival=Arrival("poisson", rate=50.0), requests=3)
+            arrival = Arrival("poisson", rate=50.0)
+            settings = RunSettings(endpoint=url, model="m", arrival=arrival, requests=3, transport="aiohttp")
             wl = SyntheticChat(input_tokens=4, output_tokens=2)
             return await run_engine(settings, wl, url, "m", tmp_path, "t", api_key=None)
 
     client = asyncio.run(go())
     assert client["fast_read"] is False and client["records"] == 3
+    assert client["transport"] == "aiohttp" and client["transport_fallback"] == ""
     probe = [client[k] for k in ("loop_lag_p99_ms", "loop_lag_max_ms", "read_lateness_p99_ms")]  # the self-check
     assert all(isinstance(v, float) and v >= 0 for v in probe) and probe[0] <= probe[1]
     (warning,) = [c.message for c in client_caveats(client) if c.code == "slow_path"]
@@ -249,7 +256,7 @@ def test_a_bad_event_mid_body_ends_the_request_as_bad_stream(tmp_path: Path, pat
         pieces = [(CHUNK, 0.01), (b"data: {not json\n\n", 0.01), (CHUNK + b"data: [DONE]\n\n", 0.0)]
         async with _streaming(pieces) as url:
             with RecordWriter(tmp_path / "r.arrows") as w:
-                engine = Engine(EngineConfig(url=url, model="m", run_id="t"), w)
+                engine = Engine(EngineConfig(url=url, model="m", run_id="t", transport=_wire(path)), w)
                 wl = SyntheticChat(input_tokens=4, output_tokens=3)
                 await engine.run(
                     Plan(wl.session, np.zeros(2, dtype=np.int64), np.arange(2)),

@@ -99,8 +99,9 @@ def annotate_run(
     """Write the annotation of ``run_dir``'s records.parquet for the windows its summary used
     (``report.summary.window`` of a run; ``{p.index: p.summary.window for p in analysis.points}``
     of a sweep; None: ``report_windows``, the windows run.json's settings give). ``table`` is
-    the records as ``read_records`` returned them, to save reading them again. A run whose
-    records were never compacted (no Parquet file) is left as it is: None."""
+    the records as ``read_records`` returned them, to save reading them again (they are read
+    once either way, and the annotated file written from them). A run whose records were never
+    compacted (no Parquet file) is left as it is: None."""
     run = Path(run_dir)
     if not (run / PARQUET_NAME).exists():
         return None
@@ -109,7 +110,7 @@ def annotate_run(
     chosen = windows if windows is not None else report_windows(meta, records)
     run_id = meta.get("run_id")
     a = annotation(records, chosen, sweep="points" in meta, run_id=run_id if isinstance(run_id, str) else None)
-    return annotate(run, a.in_window, a.metadata, a.derived)
+    return annotate(run, a.in_window, a.metadata, a.derived, table=records)  # the file is not read again
 
 
 def report_windows(meta: Mapping[str, Any], table: pa.Table) -> Window | dict[int, Window]:

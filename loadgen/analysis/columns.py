@@ -5,6 +5,12 @@ gate, which needs the samples themselves), so every caller derives TTFT, ITL and
 rest from the same code: the definitions of DESIGN.md live in one place. The array
 aliases (``Ints``, ``Floats``, ``Mask``, ``Objects``) name what each array holds.
 
+A run of a million requests has over a hundred million chunks, so the chunk columns are
+views of the Arrow buffers where they can be (no copy), a table's ``Cols`` is converted
+once however many figures ask for it (``Cols.of`` keeps it while the table lives), and the
+per-chunk figures walk the chunks in blocks of whole requests (``chunk_blocks``), never
+holding a per-chunk temporary of the whole run.
+
 ``Latencies`` holds the censoring rule (docs/metrics.md, "Censoring"): every request
 counts, a request that never got what a figure times is a right-censored sample at
 its elapsed time.
@@ -12,8 +18,11 @@ its elapsed time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+import weakref
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -24,25 +33,33 @@ __all__ = [
     "Cols",
     "Floats",
     "Ints",
+    "Tokens",
     "Latencies",
     "Mask",
     "Objects",
     "ms",
     "gaps",
     "itl_icl",
+    "ChunkBlock",
+    "chunk_blocks",
+    "itl_icl_blocks",
     "int_column",
-    "buffered_rows",
     "BUFFERED_SHARE",
     "BUFFERED_MIN_TOKENS",
 ]
 
+T = TypeVar("T")
 Ints: TypeAlias = NDArray[np.int64]  # nanoseconds, token counts, row numbers
+Tokens: TypeAlias = NDArray[np.int32] | NDArray[np.int64]  # per chunk: tokens (as the records hold them)
 Floats: TypeAlias = NDArray[np.float64]  # milliseconds, rates
 Mask: TypeAlias = NDArray[np.bool_]  # per row or per chunk: selected or valid
 Objects: TypeAlias = NDArray[np.object_]  # a string column (None where null)
 
 
-@dataclass
+_BLOCK_CHUNKS = 1 << 22  # chunks per block of ``chunk_blocks``: ~100 MB of temporaries
+
+
+@dataclass(eq=False)
 class Cols:
     """The table's columns as numpy arrays (ints with a validity mask, never NaN)."""
 
@@ -57,16 +74,76 @@ class Cols:
     finish: Objects
     stream_end: Objects  # records.STREAM_ENDS, None where no stream began (or an older file)
     error: Objects
-    c_owner: Ints  # per output-carrying chunk: its row
-    c_ns: Ints
-    c_tok: Ints
     c_len: Ints  # per row: number of chunks
+    c_parts: list[tuple[int, Ints, Tokens]]  # the chunk columns as the records hold them: (first row, arrivals, tokens)
+    memo: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False)  # figures of this table
+
+    def once(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, once per ``key`` for this table (``Cols.of`` keeps a table's Cols): a
+        figure asked for by the summary and again by a report is computed once."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        out: T = self.memo[key]
+        return out
+
+    @cached_property
+    def c_ns(self) -> Ints:
+        """Per output-carrying chunk, request by request: its arrival (one array of the whole run:
+        the figures walk ``chunk_blocks`` instead)."""
+        return _joined([ns for _, ns, _ in self.c_parts], np.int64)
+
+    @cached_property
+    def c_tok(self) -> Tokens:
+        """Per chunk: its tokens (as ``c_ns``)."""
+        return _joined([tok for _, _, tok in self.c_parts], np.int64)
+
+    @property
+    def chunks(self) -> int:
+        return int(self.c_start[-1])
+
+    def chunk_max(self) -> int | None:
+        """The latest chunk arrival (None without chunks)."""
+        ends = [int(ns.max()) for _, ns, _ in self.c_parts if ns.size]
+        return max(ends) if ends else None
+
+    @cached_property
+    def c_start(self) -> Ints:
+        """Per row, then one more: where its chunks start in ``c_ns`` (``c_start[-1]``: how many)."""
+        out: Ints = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(self.c_len, out=out[1:])
+        return out
+
+    @cached_property
+    def c_owner(self) -> Ints:
+        """Per chunk: its row (a per-chunk array of the whole run: the hot paths use ``chunk_blocks``)."""
+        owner: Ints = np.repeat(np.arange(self.n, dtype=np.int64), self.c_len)
+        return owner
+
+    @cached_property
+    def chunk_tokens(self) -> Ints:
+        """Per row: the tokens of its chunks, summed."""
+        out: Ints = np.zeros(self.n, dtype=np.int64)
+        for b in chunk_blocks(self):
+            sums = np.bincount(b.owner, weights=b.tok).astype(np.int64)
+            out[b.row0 : b.row0 + sums.size] = sums
+        return out
 
     @classmethod
     def of(cls, table: pa.Table) -> Cols:
+        """The columns of ``table``, converted once: a later call for the same table object
+        returns the same ``Cols`` (kept while the table lives)."""
+        hit = _CACHE.get(id(table))
+        if hit is not None and hit[0]() is table:
+            return hit[1]
+        cols = cls._convert(table)
+        _CACHE[id(table)] = (weakref.ref(table, _forget(id(table))), cols)
+        return cols
+
+    @classmethod
+    def _convert(cls, table: pa.Table) -> Cols:
         n = table.num_rows
         status = _strings(table, "status")
-        owner, ns, tok, lens = _chunks(table)
+        parts, lens = _chunks(table)
         ints = (
             "prompt_tokens_requested",
             "prompt_tokens_reported",
@@ -88,10 +165,8 @@ class Cols:
             finish=_strings(table, "finish_reason"),
             stream_end=_strings(table, "stream_end"),
             error=_strings(table, "error"),
-            c_owner=owner,
-            c_ns=ns,
-            c_tok=tok,
             c_len=lens,
+            c_parts=parts,
         )
 
     def observed_end_ns(self) -> int:
@@ -99,8 +174,8 @@ class Cols:
         (a send, a chunk, an end), else the latest t_sched. A request that never
         ended is censored at it."""
         ends = [int(v[ok].max()) for v, ok in self.t.values() if ok.any()]
-        if self.c_ns.size:
-            ends.append(int(self.c_ns.max()))
+        if (last := self.chunk_max()) is not None:
+            ends.append(last)
         if not ends and self.n:
             ends.append(int(self.t_sched.max()))
         return max(ends, default=0)
@@ -125,26 +200,98 @@ def _strings(table: pa.Table, name: str) -> Objects:
     return np.asarray(table.column(name).to_numpy(), dtype=np.object_)
 
 
-def _list_col(table: pa.Table, name: str) -> tuple[Ints, Ints]:
-    """A list column as (flattened values, per-row length; a null list has length 0)."""
-    arr = table.column(name).combine_chunks()
-    return _ints(pc.list_flatten(arr)), _ints(pc.list_value_length(arr))
+_CACHE: dict[int, tuple[weakref.ref[pa.Table], Cols]] = {}
 
 
-def _chunks(table: pa.Table) -> tuple[Ints, Ints, Ints, Ints]:
-    """Flattened chunk arrays. A row whose token list does not match its arrival
-    list (a malformed record) falls back to one token per chunk."""
-    ns, lens = _list_col(table, "chunk_ns")
-    tok_vals, tok_lens = _list_col(table, "chunk_tokens")
-    rows = np.arange(table.num_rows)
-    owner = np.repeat(rows, lens)
+def _forget(key: int) -> Callable[[weakref.ref[pa.Table]], None]:
+    """The callback that drops a table's ``Cols`` when the table goes."""
+
+    def drop(ref: weakref.ref[pa.Table]) -> None:
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] is ref:
+            del _CACHE[key]
+
+    return drop
+
+
+def _joined(parts: list[NDArray[Any]], dtype: type[np.int64]) -> NDArray[Any]:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _list_parts(table: pa.Table, name: str) -> tuple[list[tuple[int, NDArray[Any]]], Ints]:
+    """A list column as (per Arrow chunk: its first row and its flattened values in the column's
+    own integer type, nulls as 0, a view of the Arrow buffer where there are none; per-row length,
+    a null list has length 0)."""
+    col = table.column(name)
+    lens = _ints(pc.list_value_length(col))
+    parts, row = [], 0
+    for chunk in col.chunks:
+        parts.append((row, _values(pc.list_flatten(chunk))))
+        row += len(chunk)
+    return parts, lens
+
+
+def _values(arr: pa.Array[Any]) -> NDArray[Any]:
+    if arr.null_count:
+        arr = pc.fill_null(arr, pa.scalar(0, arr.type))
+    return np.asarray(arr.to_numpy(zero_copy_only=False))
+
+
+def _chunks(table: pa.Table) -> tuple[list[tuple[int, Ints, Tokens]], Ints]:
+    """The chunk columns as parts (first row, arrivals as int64, tokens as the records hold them),
+    one per Arrow chunk when both columns are chunked alike (no copy), and the per-row lengths.
+    A row whose token list does not match its arrival list (a malformed record) falls back to
+    one token per chunk."""
+    ns_parts, lens = _list_parts(table, "chunk_ns")
+    tok_parts, tok_lens = _list_parts(table, "chunk_tokens")
+    alike = [r for r, _ in ns_parts] == [r for r, _ in tok_parts]
+    if np.array_equal(lens, tok_lens) and alike:
+        return [
+            (r, np.asarray(ns, dtype=np.int64), tok) for (r, ns), (_, tok) in zip(ns_parts, tok_parts, strict=True)
+        ], lens
+    ns = _joined([v for _, v in ns_parts], np.int64).astype(np.int64, copy=False)
+    tok_vals = _joined([v for _, v in tok_parts], np.int64)
     if np.array_equal(lens, tok_lens):
-        tok = tok_vals
-    else:
-        good = lens == tok_lens
-        tok = np.ones(ns.size, dtype=np.int64)
-        tok[good[owner]] = tok_vals[good[np.repeat(rows, tok_lens)]]
-    return owner, ns, tok, lens
+        return [(0, ns, tok_vals)], lens
+    rows = np.arange(table.num_rows)
+    good = lens == tok_lens
+    tok = np.ones(ns.size, dtype=np.int64)
+    tok[good[np.repeat(rows, lens)]] = tok_vals[good[np.repeat(rows, tok_lens)]]
+    return [(0, ns, tok)], lens
+
+
+class ChunkBlock(NamedTuple):
+    """The chunks of a run of whole requests (``chunk_blocks``): ``owner`` numbers the requests
+    from 0 within the block (``row0`` is the first one's row in the table)."""
+
+    row0: int
+    owner: Ints
+    ns: Ints
+    tok: Tokens
+
+
+def chunk_blocks(c: Cols, rows: Mask | None = None, size: int = _BLOCK_CHUNKS) -> Iterator[ChunkBlock]:
+    """The chunks of the selected ``rows`` (all when None), in row order, in blocks of whole
+    requests of about ``size`` chunks: what a per-chunk figure of the whole run walks instead
+    of per-chunk arrays of it."""
+    start = c.c_start
+    sized = np.searchsorted(start, np.arange(0, c.chunks, size), side="right") - 1
+    cuts = np.unique(np.concatenate([sized, [r for r, _, _ in c.c_parts], [c.n]]).astype(np.int64))
+    part = 0
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        while part + 1 < len(c.c_parts) and c.c_parts[part + 1][0] <= a:
+            part += 1
+        base = int(start[c.c_parts[part][0]])  # a block lies in one part (cut at every part's first row)
+        lo, hi = int(start[a]) - base, int(start[b]) - base
+        owner = np.repeat(np.arange(b - a, dtype=np.int64), c.c_len[a:b])
+        ns, tok = c.c_parts[part][1][lo:hi], c.c_parts[part][2][lo:hi]
+        if rows is not None:
+            sel = rows[a:b]
+            if not sel.all():
+                keep = sel[owner]
+                owner, ns, tok = owner[keep], ns[keep], tok[keep]
+        if owner.size:
+            yield ChunkBlock(a, owner, ns, tok)
 
 
 def gaps(owner: Ints, ns: Ints) -> tuple[Ints, Mask]:
@@ -164,47 +311,35 @@ def ms(a: Ints, b: Ints) -> Floats:
 def itl_icl(c: Cols, rows: Mask) -> tuple[Floats, Floats]:
     """ITL: a chunk of k tokens arriving g after the previous token-carrying chunk
     gives k samples of g/k (zero-token chunks are skipped, so their time goes to
-    the next token). ICL: raw gaps between consecutive output chunks."""
-    sel = rows[c.c_owner]
-    owner, ns, tok = c.c_owner[sel], c.c_ns[sel], c.c_tok[sel]
-    gap, has_prev = gaps(owner, ns)
-    icl = gap[has_prev] / 1e6
-    t = tok > 0
-    gap, has_prev = gaps(owner[t], ns[t])
-    k = tok[t][has_prev]
-    itl = np.repeat(gap[has_prev] / 1e6 / k, k)
-    return itl, icl
+    the next token). ICL: raw gaps between consecutive output chunks. Every sample, in
+    row order (``itl_icl_blocks`` gives them block by block, ITL as values and counts)."""
+    itl: list[Floats] = []
+    icl: list[Floats] = []
+    for (v, k), gap in itl_icl_blocks(c, rows):
+        itl.append(np.repeat(v, k))
+        icl.append(gap)
+    empty = np.zeros(0)
+    return (np.concatenate(itl) if itl else empty), (np.concatenate(icl) if icl else empty)
+
+
+def itl_icl_blocks(c: Cols, rows: Mask | None) -> Iterator[tuple[tuple[Floats, Tokens], Floats]]:
+    """Per block of ``chunk_blocks``: ((ITL value g/k per token-carrying chunk with a previous
+    one, its k: that many samples), ICL gaps), in ms, as ``itl_icl`` defines them."""
+    for b in chunk_blocks(c, rows):
+        gap, has_prev = gaps(b.owner, b.ns)
+        icl = gap[has_prev] / 1e6
+        t = b.tok > 0
+        if t.all():  # every chunk carries tokens: the ITL gaps are the ICL ones
+            k = b.tok[has_prev]
+            yield (icl / k, k), icl
+            continue
+        gap, has_prev = gaps(b.owner[t], b.ns[t])
+        k = b.tok[t][has_prev]
+        yield (gap[has_prev] / 1e6 / k, k), icl
 
 
 BUFFERED_SHARE = 0.8  # of a request's tokens in one read, and of its time before that read
 BUFFERED_MIN_TOKENS = 4  # fewer tokens cannot tell a buffered answer from a short one
-
-
-def buffered_rows(c: Cols, rows: Mask) -> Mask:
-    """Per row: one of ``rows`` that looks buffered, not streamed. It has at least
-    ``BUFFERED_MIN_TOKENS`` output tokens, at least ``BUFFERED_SHARE`` of them arrived at one
-    instant (chunks with the same ``chunk_ns``: one read), and that read came after at least
-    ``BUFFERED_SHARE`` of the request's time from send to its last byte (``t_done - t_sent``)
-    had passed in silence. A streamed answer spreads its tokens over many reads; a server or
-    proxy that buffers the stream sends (nearly) all of them at the end."""
-    sel = rows[c.c_owner]
-    owner, ns, tok = c.c_owner[sel], c.c_ns[sel], c.c_tok[sel]
-    out: Mask = np.zeros(c.n, dtype=bool)
-    if owner.size == 0:
-        return out
-    new = np.ones(owner.size, dtype=bool)  # the first chunk of each (request, instant)
-    new[1:] = (owner[1:] != owner[:-1]) | (ns[1:] != ns[:-1])
-    group = np.cumsum(new) - 1
-    g_tok = np.bincount(group, weights=tok).astype(np.int64)
-    g_owner, g_ns = owner[new], ns[new]
-    total = np.bincount(owner, weights=tok, minlength=c.n).astype(np.int64)
-    (sent, has_sent), (done, has_done) = c.t["t_sent"], c.t["t_done"]
-    big = (total[g_owner] >= BUFFERED_MIN_TOKENS) & (g_tok >= BUFFERED_SHARE * total[g_owner])
-    timed = has_sent[g_owner] & has_done[g_owner]
-    span = (done - sent)[g_owner]
-    late = (g_ns - sent[g_owner]) >= BUFFERED_SHARE * span
-    out[g_owner[big & timed & late & (span > 0)]] = True
-    return out
 
 
 # Statuses of a request loadgen stopped waiting for: its latency is at least its elapsed time.
@@ -250,6 +385,11 @@ class Latencies:
 
     @classmethod
     def of(cls, c: Cols) -> Latencies:
+        """Every row's latencies (computed once per ``Cols``)."""
+        return c.once("latencies", lambda: cls._of(c))
+
+    @classmethod
+    def _of(cls, c: Cols) -> Latencies:
         (sent, has_sent), (first, has_first), (last, has_last), (done, has_done) = (
             c.t[k] for k in ("t_sent", "t_first", "t_last", "t_done")
         )

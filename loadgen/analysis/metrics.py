@@ -21,7 +21,7 @@ attainment count every request that did not finish ok, ``not_sent`` included, as
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -29,30 +29,87 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import BUFFERED_MIN_TOKENS, Cols, Floats, Latencies, Mask, Objects, buffered_rows, itl_icl
+from loadgen.analysis.columns import (
+    Cols,
+    Floats,
+    Latencies,
+    Mask,
+    Tokens,
+    chunk_blocks,
+    itl_icl,
+    itl_icl_blocks,
+)
+from loadgen.analysis.outcomes import error_fields, status_counts, token_count_fields, value_counts
+from loadgen.analysis.selection import describe_many, order_statistics, sample_size
 from loadgen.analysis.stats import PERCENTILES, Dist, describe, json_number
 from loadgen.analysis.tokens import token_fields
 from loadgen.analysis.window import MetricsError, Window, choose_window
-from loadgen.records import STATUSES
 
 __all__ = ["SLO", "Summary", "summarize", "summary_to_json", "latency_samples"]
 
-_EXAMPLES = 5
-_ERROR_CHARS = 160
-_EXAMPLE_SCAN = 10_000  # failed rows searched for distinct example errors
 # per-user speed also at p10 and p1: the slowest users (p90 / p99 of TPOT), which a planner needs
 SPEED_PERCENTILES = tuple(sorted({1.0, 10.0, *PERCENTILES}))
 
 
-def latency_samples(table: pa.Table, window: Window) -> dict[str, Floats]:
+class LatencySamples(Mapping[str, Floats]):
+    """``latency_samples``: each kind sorted when it is first asked for (a CDF of TTFT needs no
+    ITL, which is a sample per token of the run)."""
+
+    KINDS = ("ttft", "ttft_censored", "itl")
+
+    def __init__(self, c: Cols, rows: Mask) -> None:
+        self._c, self._rows = c, rows
+        self._got: dict[str, Floats] = {}
+
+    def __getitem__(self, kind: str) -> Floats:
+        if kind not in self._got:
+            self._got[kind] = self._sample(kind)
+        return self._got[kind]
+
+    def _sample(self, kind: str) -> Floats:
+        lat = Latencies.of(self._c)
+        if kind == "ttft":
+            return _sorted(lat.ttft[self._rows])
+        if kind == "ttft_censored":
+            return _sorted(lat.ttft_c[self._rows])
+        if kind == "itl":
+            out: Floats = np.sort(itl_icl(self._c, self._rows)[0])
+            return out
+        raise KeyError(kind)
+
+    def positive_count(self, kind: str) -> int:
+        """How many samples of ``kind`` are finite and > 0 (what a CDF on a log axis draws)."""
+        if kind != "itl":
+            return int(np.count_nonzero(np.isfinite(self[kind]) & (self[kind] > 0)))
+        return sample_size(self._positive_itl)
+
+    def positive_at(self, kind: str, ranks: Sequence[int] | NDArray[np.integer[Any]]) -> Floats:
+        """The finite, > 0 samples of ``kind`` at the 0-based ``ranks`` of their ascending order:
+        a CDF's steps without sorting (nor holding) a sample per token of the run."""
+        if kind != "itl":
+            x = self[kind]
+            return np.asarray(x[np.isfinite(x) & (x > 0)][np.asarray(ranks, dtype=np.int64)], dtype=np.float64)
+        return order_statistics(self._positive_itl, ranks)
+
+    def _positive_itl(self) -> Iterator[tuple[Floats, Tokens]]:
+        for (v, k), _ in itl_icl_blocks(self._c, self._rows):
+            keep = np.isfinite(v) & (v > 0)
+            yield v[keep], k[keep]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KINDS)
+
+    def __len__(self) -> int:
+        return len(self.KINDS)
+
+
+def latency_samples(table: pa.Table, window: Window) -> LatencySamples:
     """Sorted samples in ms of the requests scheduled in ``window``, exactly what ``summarize``
     folds into its percentiles (for CDF charts): ``ttft`` (exact, per request), ``ttft_censored``
-    (requests without a first token: at least this long) and ``itl`` (per token)."""
+    (requests without a first token: at least this long) and ``itl`` (per token), each computed
+    when first read."""
     c = Cols.of(table)
-    rows = window.contains(c.t_sched)
-    lat = Latencies.of(c)
-    itl, _ = itl_icl(c, rows)
-    return {"ttft": _sorted(lat.ttft[rows]), "ttft_censored": _sorted(lat.ttft_c[rows]), "itl": np.sort(itl)}
+    return LatencySamples(c, window.contains(c.t_sched))
 
 
 def _sorted(x: Floats) -> Floats:
@@ -163,7 +220,7 @@ class Summary:
     spread_tokens_per_chunk: float  # mean tokens per chunk where usage was spread evenly over chunks
     token_mismatch: int  # reported usage != sum of chunk tokens
     single_burst: int  # ok, >= 2 tokens, all in one chunk (no real streaming)
-    buffered: int  # ok, >= 4 tokens, most in one read after a long silence (``columns.buffered_rows``)
+    buffered: int  # ok, >= 4 tokens, most in one read after a long silence (``buffered.buffered_rows``)
     buffered_of: int  # ok requests with >= 4 tokens: what ``buffered`` is out of
     no_done_marker: int  # ok, ended with a finish_reason but no [DONE] (stream_end "finish")
     errors_by_status: dict[str, int]
@@ -198,13 +255,18 @@ class Summary:
 
 
 def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = None) -> Summary:
-    """Fold the records into a Summary; the window defaults to the whole schedule span."""
+    """Fold the records into a Summary; the window defaults to the whole schedule span
+    (folded once per table, window and SLO: a report asking again gets the same Summary)."""
     c = Cols.of(table)
     w = window if window is not None else choose_window(table)
+    return c.once(("summarize", w, slo), lambda: _summarize(table, c, w, slo))
+
+
+def _summarize(table: pa.Table, c: Cols, w: Window, slo: SLO | None) -> Summary:
     inwin = w.contains(c.t_sched)
     okw = inwin & c.ok
     lat = Latencies.of(c)
-    counts = _status_counts(c.status[inwin])
+    counts = status_counts(value_counts(c, "status", inwin, none="none"))
     n_in = int(inwin.sum())
     met = c.ok & slo.met(lat.ttft, lat.tpot, lat.e2e) if slo is not None else None
     return Summary(
@@ -224,25 +286,26 @@ def summarize(table: pa.Table, window: Window | None = None, slo: SLO | None = N
         **_latency_fields(c, lat, inwin),
         **_throughput_fields(c, w, inwin),
         **_slo_fields(c, w, inwin, met),
-        **_token_fields(c, inwin, okw),
-        **_error_fields(c, inwin),
+        **token_count_fields(c, inwin, okw),
+        **error_fields(c, inwin),
         **token_fields(table, c, lat, w, inwin, met),
     )
 
 
 def _latency_fields(c: Cols, lat: Latencies, inwin: Mask) -> dict[str, Any]:
     """The latency Dists over every request scheduled in the window, censored where due."""
-    itl, icl = itl_icl(c, inwin)
     tp = lat.tpot[inwin]
     tp = tp[~np.isnan(tp)]
+    # ITL (g/k, k samples each) and ICL from one walk of the chunks (twice: stats.describe_many)
+    itl, icl = describe_many(lambda: (((v, k), (gap, None)) for (v, k), gap in itl_icl_blocks(c, inwin)), 2)
     return dict(
         schedule_lag=_dist(lat.lag, lat.lag_c, inwin),
         ttft=_dist(lat.ttft, lat.ttft_c, inwin),
         ttft_sent=_dist(lat.ttft_sent, lat.ttft_sent_c, inwin),
         e2e=_dist(lat.e2e, lat.e2e_c, inwin),
         tpot=describe(tp),
-        itl=describe(itl),
-        icl=describe(icl),
+        itl=itl,
+        icl=icl,
         per_user_tps=describe(1000.0 / tp[tp > 0], percentiles=SPEED_PERCENTILES),
     )
 
@@ -256,9 +319,11 @@ def _throughput_fields(c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
     """Tokens whose chunks arrived in the window, and request rates, per second of it."""
     (sent, has_sent), (done, has_done) = c.t["t_sent"], c.t["t_done"]
     length = w.length_s
-    chunk_in = w.contains(c.c_ns)
-    out_all = int(c.c_tok[chunk_in].sum())
-    out_ok = int(c.c_tok[chunk_in & c.ok[c.c_owner]].sum())
+    out_all = out_ok = 0
+    for b in chunk_blocks(c):  # tokens of the chunks that arrived in the window, of every request and of ok ones
+        tok_in = np.where(w.contains(b.ns), b.tok, 0)
+        out_all += int(tok_in.sum())
+        out_ok += int(tok_in[c.ok[b.row0 + b.owner]].sum())
     prompt_in = _prompt_tokens(c, inwin)
     return dict(
         output_tokens_in_window=out_all,
@@ -308,70 +373,6 @@ def _prompt_tokens(c: Cols, rows: Mask) -> int:
     use_rep = rows & has_rep
     use_req = rows & ~has_rep & has_req & c.ok
     return int(rep[use_rep].sum() + req[use_req].sum())
-
-
-def _token_fields(c: Cols, inwin: Mask, okw: Mask) -> dict[str, Any]:
-    req, has_req = c.ints["prompt_tokens_requested"]
-    rep, has_rep = c.ints["prompt_tokens_reported"]
-    both = inwin & has_req & has_rep
-    req_sum = int(req[both].sum())
-    oreq, has_oreq = c.ints["output_tokens_requested"]
-    orep, has_orep = c.ints["output_tokens_reported"]
-    chunk_sum = np.bincount(c.c_owner, weights=c.c_tok, minlength=c.n).astype(np.int64)
-    asked = okw & has_oreq
-    spread = inwin & (c.source == "usage") & (c.c_len > 0)
-    return dict(
-        prompt_compared=int(both.sum()),
-        prompt_requested_mean=_mean(req[both]),
-        prompt_reported_mean=_mean(rep[both]),
-        prompt_gap_mean=_mean(rep[both] - req[both]),
-        prompt_gap_pct=_pct(int(rep[both].sum()) - req_sum, req_sum),
-        output_requested_mean=_mean(oreq[asked]),
-        output_counted_mean=_mean(c.out[okw]),
-        output_short=int((asked & (c.out < oreq)).sum()),
-        finish_reasons=_counts(c.finish[okw], none="none"),
-        token_sources=_counts(c.source[inwin], none="none"),
-        spread_tokens_per_chunk=float(chunk_sum[spread].sum() / c.c_len[spread].sum()) if spread.any() else math.nan,
-        token_mismatch=int((inwin & has_orep & (orep != chunk_sum)).sum()),
-        single_burst=int((okw & (c.out >= 2) & (c.c_len == 1)).sum()),
-        buffered=int(buffered_rows(c, okw).sum()),
-        buffered_of=int((okw & (chunk_sum >= BUFFERED_MIN_TOKENS)).sum()),
-        no_done_marker=int((okw & (c.stream_end == "finish")).sum()),
-    )
-
-
-def _error_fields(c: Cols, inwin: Mask) -> dict[str, Any]:
-    bad = inwin & ~c.ok
-    http, has_http = c.ints["http_status"]
-    http_keys = np.where(has_http[bad], http[bad].astype(str), "none")
-    examples: list[str] = []
-    seen: set[tuple[Any, ...]] = set()
-    for i in np.flatnonzero(bad)[:_EXAMPLE_SCAN]:  # counts above are complete
-        key = (c.status[i], int(http[i]) if has_http[i] else None, c.error[i])
-        if key in seen:
-            continue
-        seen.add(key)
-        code = f" {key[1]}" if key[1] is not None else ""
-        text = (key[2] or "")[:_ERROR_CHARS]
-        examples.append(f"{key[0]}{code}: {text}" if text else f"{key[0]}{code}")
-        if len(examples) >= _EXAMPLES:
-            break
-    return dict(
-        errors_by_status=_counts(c.status[bad], none="none"),
-        errors_by_http=_counts(http_keys, none="none"),
-        error_examples=examples,
-    )
-
-
-def _counts(values: Objects, none: str) -> dict[str, int]:
-    return dict(sorted(Counter(none if v is None else str(v) for v in values).items()))
-
-
-def _status_counts(status: Objects) -> dict[str, int]:
-    found = _counts(status, none="none")
-    out = {s: found.pop(s, 0) for s in STATUSES}
-    out.update(found)  # unknown statuses are kept, not dropped
-    return out
 
 
 def summary_to_json(summary: Summary) -> dict[str, Any]:

@@ -19,8 +19,10 @@ import pyarrow.compute as pc
 from scipy import stats as _sps
 
 from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo
+from loadgen.analysis.columns import Cols, chunk_blocks
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
+from loadgen.analysis.pipeline import PipelineFigures, pipeline_figures, pipeline_view
 from loadgen.analysis.saturation import first_saturated, observe
 from loadgen.analysis.sessions import SessionSummary, load_unit, session_summary
 from loadgen.analysis.stats import rate_ci
@@ -70,6 +72,7 @@ class PointFigures:
     validity: Validity = VALID  # the point's own (its run's is RunAnalysis.validity)
     on_frontier: bool = False
     sessions: SessionSummary | None = None  # whole-session figures (analysis.sessions)
+    pipeline: PipelineFigures | None = None  # a pipeline run's stage breakdown (analysis.pipeline)
     unit: str = "req/s"  # of an open-loop rate: sessions/s for sessions of several turns
 
     @property
@@ -126,10 +129,11 @@ class RunAnalysis:
     capacity: Capacity | None
     saturation: str | None
     caveats: list[Caveat]  # the run's own (each point's are on the point)
-    table: pa.Table
+    table: pa.Table  # what the views chart: one row per request (a pipeline's: per user request)
     point_salt: bool | None
     search_end: str | None = None
     validity: Validity = VALID  # the run's own: its state, the simulator, carried caches
+    records: pa.Table | None = None  # the records as written, where they differ from ``table`` (a pipeline's)
 
     @property
     def warnings(self) -> list[str]:  # the run's caveats' messages, for views that show words only
@@ -233,13 +237,15 @@ def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tupl
     """
     if table.num_rows == 0 or w.length_s <= 0:
         return (math.nan, math.nan)
-    ns = np.asarray(pc.list_flatten(table.column("chunk_ns")).to_numpy(zero_copy_only=False), dtype=np.int64)
-    tok = np.asarray(pc.list_flatten(table.column("chunk_tokens")).to_numpy(zero_copy_only=False), dtype=np.float64)
-    if ns.size != tok.size:
-        tok = np.ones(ns.size)
-    inwin = (ns >= w.start_ns) & (ns < w.end_ns)
     edges = np.linspace(w.start_ns, w.end_ns, _BATCHES + 1)
-    per = np.histogram(ns[inwin], bins=edges, weights=tok[inwin])[0] / (w.length_s / _BATCHES)
+    per = np.zeros(_BATCHES)
+    listed = pc.sum(pc.list_value_length(table.column("chunk_tokens"))).as_py() or 0
+    c = Cols.of(table)  # the table's chunk columns, converted once (analysis.columns)
+    for b in chunk_blocks(c):
+        inwin = (b.ns >= w.start_ns) & (b.ns < w.end_ns)
+        tok = b.tok[inwin] if listed == c.chunks else np.ones(int(inwin.sum()), dtype=np.int64)
+        per += np.histogram(b.ns[inwin], bins=edges, weights=tok.astype(np.float64))[0]
+    per /= w.length_s / _BATCHES
     m, sd = float(per.mean()), float(per.std(ddof=1))
     half = float(_sps.t.ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)
     return (max(0.0, m - half), m + half)
@@ -324,8 +330,9 @@ def analyze_run(
     run_dir = Path(run_dir)
     meta = read_run_meta(run_dir)
     how = _judging(meta, slo, slo_name, target_pct, gpus, prices, lag_limit_ms)
-    table = table if table is not None else read_records(run_dir)
-    points = _all_figures(meta, table, how)
+    records = table if table is not None else read_records(run_dir)
+    points = _all_figures(meta, records, how)
+    table = pipeline_view(records)  # what the views chart: a pipeline's user requests (analysis.pipeline)
     caveats = run_caveats(meta)
     sw = meta.get("sweep") or {}
     a = RunAnalysis(
@@ -345,6 +352,7 @@ def analyze_run(
         sw.get("point_salt") if sw else None,
         sw.get("search_end"),
         Validity.of(caveats),
+        records if table is not records else None,
     )
     # the frontier, capacity and the saturation call rest on trusted points only; the suspect stay, marked
     trusted = a.trusted
@@ -364,7 +372,10 @@ def _all_figures(meta: dict[str, Any], table: pa.Table, how: _Judging) -> list[P
     for pm in _point_meta(meta):
         k = int(pm["index"])
         rows = table.filter(pc.equal(table.column("point"), pa.scalar(k))) if sweep else table
-        out.append(replace(_figures(k, pm, rows, how), unit=load_unit(meta.get("workload") or {})))
+        p = _figures(k, pm, pipeline_view(rows), how)
+        out.append(
+            replace(p, unit=load_unit(meta.get("workload") or {}), pipeline=pipeline_figures(rows, p.summary.window))
+        )
     return out
 
 

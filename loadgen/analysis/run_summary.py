@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
+from loadgen.analysis.pipeline import PipelineFigures, pipeline_figures, pipeline_view
 from loadgen.analysis.pooled import PooledFigures, pooled_figures
 from loadgen.analysis.sessions import SessionSummary, session_summary
 from loadgen.analysis.timeseries import timeseries
@@ -54,6 +55,7 @@ class RunReport:
     sessions: SessionSummary | None = None  # sessions of several turns: whole-session figures
     tool_use: ToolUse | None = None  # requests that offered tools: how often the answers called one
     pooled: PooledFigures | None = None  # an embeddings or rerank run: inputs/s, input tokens/s
+    pipeline: PipelineFigures | None = None  # a pipeline run (rag-pipeline): the stage breakdown
 
     @property
     def warnings(self) -> list[str]:
@@ -88,11 +90,14 @@ def summarize_run(
     lag_limit_ms: float | None = None,
     slo: SLO | None = None,
     write: bool = True,
+    table: pa.Table | None = None,
 ) -> RunReport:
-    """Recompute every figure of a single-point run from its records."""
+    """Recompute every figure of a single-point run from its records (``table``: the records as
+    ``read_records`` returned them, to save reading them again)."""
     meta = read_run_meta(run_dir)
     settings = meta.get("settings", {})
-    table = read_records(run_dir)
+    records = table if table is not None else read_records(run_dir)
+    table = pipeline_view(records)  # a pipeline's user requests, one row each (analysis.pipeline)
     warm = settings.get("warmup_s", 0.0) if warmup_s is None else warmup_s
     cool = settings.get("cooldown_s", 0.0) if cooldown_s is None else cooldown_s
     limit = settings.get("lag_limit_ms", 10.0) if lag_limit_ms is None else lag_limit_ms
@@ -101,8 +106,11 @@ def summarize_run(
     sessions = session_summary(table, window)
     caveats = single_run_caveats(meta, summary, limit, table)
     tools = tool_use(table, window)
-    in_window = table.filter(pa.array(window.contains(table.column("t_sched").to_numpy(zero_copy_only=False))))
-    pooled = pooled_figures(in_window) if (meta.get("settings") or {}).get("api") in POOLED_APIS else None
+    pooled = None
+    if (meta.get("settings") or {}).get("api") in POOLED_APIS:  # (a filtered copy of the table: only for these)
+        in_window = table.filter(pa.array(window.contains(table.column("t_sched").to_numpy(zero_copy_only=False))))
+        pooled = pooled_figures(in_window)
+    pipeline = pipeline_figures(records, window)
     if write:
         doc = {
             "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -114,10 +122,19 @@ def summarize_run(
             "sessions": sessions.to_json(),
             "tool_use": tools.to_json() if tools is not None else None,
             "pooled": pooled,
+            "pipeline": pipeline,
             "timeseries": timeseries(table),
         }
         write_json(Path(run_dir) / "summary.json", doc)
-        annotate_run(Path(run_dir), window, table=table)  # in_window and the figures' own columns
+        annotate_run(Path(run_dir), window, table=records)  # in_window and the figures' own columns
     return RunReport(
-        Path(run_dir), meta, summary, caveats, Validity.of(caveats), sessions=sessions, tool_use=tools, pooled=pooled
+        Path(run_dir),
+        meta,
+        summary,
+        caveats,
+        Validity.of(caveats),
+        sessions=sessions,
+        tool_use=tools,
+        pooled=pooled,
+        pipeline=pipeline,
     )

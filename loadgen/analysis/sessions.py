@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from loadgen.analysis.columns import Cols, Floats, Ints, Latencies, Mask, int_column, ms
 from loadgen.analysis.stats import Dist, describe
@@ -83,8 +84,7 @@ def per_session(table: pa.Table, c: Cols | None = None, lat: Latencies | None = 
         return SessionTable(e, e, e, e, e, e, e, np.zeros(0, dtype=bool), np.zeros(0)), e
     point = int_column(table, "point")[0] if "point" in table.column_names else np.zeros(c.n, dtype=np.int64)
     session = c.ints["session"][0]
-    keys, of = np.unique(np.stack([point, session], axis=1), axis=0, return_inverse=True)
-    of = of.reshape(-1)
+    keys, of = _pairs(point, session)
     n = len(keys)
 
     def count(mask: Mask) -> Ints:
@@ -118,6 +118,20 @@ def per_session(table: pa.Table, c: Cols | None = None, lat: Latencies | None = 
         duration_ms=np.where(complete, exact, censored),
     )
     return table_, of
+
+
+def _pairs(point: Ints, session: Ints) -> tuple[NDArray[np.int64], Ints]:
+    """The distinct (point, session) pairs sorted (as rows of a (k, 2) array) and each row's
+    index among them: one 1-d ``np.unique`` of a combined key where the ids allow it."""
+    lo, hi = (int(session.min()), int(session.max())) if session.size else (0, 0)
+    p_lo, p_hi = (int(point.min()), int(point.max())) if point.size else (0, 0)
+    width = hi - lo + 1
+    if width * (p_hi - p_lo + 1) < 2**62:
+        uniq, of = np.unique((point - p_lo) * width + (session - lo), return_inverse=True)
+        p, s = np.divmod(uniq, width)
+        return np.stack([p + p_lo, s + lo], axis=1), of.reshape(-1)
+    keys, of = np.unique(np.stack([point, session], axis=1), axis=0, return_inverse=True)
+    return keys, of.reshape(-1)
 
 
 @dataclass(frozen=True)
@@ -181,8 +195,13 @@ class SessionSummary:
 
 
 def session_summary(table: pa.Table, window: Window) -> SessionSummary:
-    """Fold the sessions whose first turn was scheduled in ``window`` (see the module's docstring)."""
+    """Fold the sessions whose first turn was scheduled in ``window`` (see the module's docstring);
+    once per table and window."""
     c = Cols.of(table)
+    return c.once(("session_summary", window), lambda: _session_summary(table, c, window))
+
+
+def _session_summary(table: pa.Table, c: Cols, window: Window) -> SessionSummary:
     lat = Latencies.of(c)
     s, of = per_session(table, c, lat)
     inwin = window.contains(s.start_ns)

@@ -15,6 +15,11 @@ late), so: an estimate whose rank reaches a censored sample is a lower bound
 (``PctFlags.value``); the interval's lower end stays a valid confidence bound (a
 censored sample can only push it up); its upper end is taken over the exact
 samples at the same rank, and is unbounded when they run out.
+
+Selection, not sorting: a percentile and its interval are three order statistics, so
+``describe`` finds them with ``np.partition`` (the same values a full sort gives);
+``selection`` finds them in a sample too large to hold at once (a hundred million
+inter-token gaps) fed block by block.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "PercentileJson",
     "IntervalJson",
     "describe",
+    "dist_from_ranks",
     "percentile_ci",
     "mean_ci",
     "binomial_min_samples",
@@ -347,15 +353,34 @@ def describe(
 ) -> Dist:
     """Summarise a sample (NaNs dropped) into a Dist; ``censored`` are right-censored
     samples: each true value is at least the one given (see the module's docstring)."""
-    x = np.sort(_clean(values))
     c = _clean(censored)
     if c.size:
-        return _describe_censored(x, c, confidence, percentiles)
+        return _describe_censored(np.sort(_clean(values)), c, confidence, percentiles)
+    x = _clean(values)
+    n = x.size
     m, lo, hi = mean_ci(x, confidence)
-    pcts = {pct_key(p): percentile_ci(x, p, confidence) for p in percentiles}
-    if x.size == 0:
+    if n == 0:
+        pcts = {pct_key(p): percentile_ci(x, p, confidence) for p in percentiles}
         return Dist(0, m, lo, hi, pcts, _NAN, _NAN, confidence)
-    return Dist(int(x.size), m, lo, hi, pcts, float(x[0]), float(x[-1]), confidence)
+    ranks = {pct_key(p): ci_ranks(n, p, confidence) for p in percentiles}
+    wanted = sorted({0, n - 1} | {r for rs in ranks.values() for r in rs if 0 <= r < n})
+    y = np.partition(x, wanted)  # each wanted rank holds what it holds in the sorted sample
+    return dist_from_ranks(n, (m, lo, hi), ranks, dict(zip(wanted, y[wanted].tolist(), strict=True)), confidence)
+
+
+def dist_from_ranks(
+    n: int,
+    mean: tuple[float, float, float],
+    ranks: dict[str, tuple[int, int, int]],
+    at: dict[int, float],
+    confidence: float,
+) -> Dist:
+    """A Dist of ``n`` exact samples from the order statistics ``at`` (rank -> value) its
+    percentiles' ``ranks`` (``ci_ranks``) name, and the extremes (ranks 0 and n - 1)."""
+    pcts = {
+        key: (at[k], at[lo] if lo >= 0 else -_INF, at[hi] if hi < n else _INF) for key, (k, lo, hi) in ranks.items()
+    }
+    return Dist(n, *mean, pcts, at[0], at[n - 1], confidence)
 
 
 def _describe_censored(x: Floats, c: Floats, confidence: float, percentiles: tuple[float, ...]) -> Dist:

@@ -5,7 +5,7 @@ None of these makes a run suspect (its figures are what was measured); each says
 them, so the reports show them first among the caveats and beside the ITL figures:
 
 - ``buffered_stream``: most ok requests (of those with at least ``BUFFERED_MIN_TOKENS`` tokens)
-  got most of their output in one read after a long silence (``columns.buffered_rows``): TTFT
+  got most of their output in one read after a long silence (``outcomes.buffered_rows``): TTFT
   is then close to E2E and ITL near 0, because the endpoint or a proxy buffers the stream.
 - ``no_done_marker``: ok streams that ended with a finish_reason but no ``data: [DONE]``
   (records' ``stream_end`` "finish"): the answer is whole, its framing not; they count as ok.

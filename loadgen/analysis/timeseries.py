@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import pyarrow as pa
 from hdrh.histogram import HdrHistogram
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, Floats, Ints, Mask, gaps, ms
+from loadgen.analysis.columns import Cols, Floats, Ints, Mask, Tokens, chunk_blocks, gaps, ms
 from loadgen.analysis.window import MetricsError
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "timeseries",
     "iter_interval_histograms",
     "hist_percentile",
+    "chart_interval",
+    "CHART_INTERVALS",
     "HIST_HIGHEST_US",
 ]
 
@@ -55,6 +58,32 @@ def hist_percentile(h: HdrHistogram, p: float) -> int:
     return int(h.get_highest_equivalent_value(h.get_value_from_index(idx)))
 
 
+_TEMPLATE = HdrHistogram(1, HIST_HIGHEST_US, _HIST_DIGITS)
+_BINS = int(_TEMPLATE.counts_len)  # counters of one histogram
+_DENSE = 1 << 24  # (interval, counter) pairs counted densely per block, else sparsely
+CHART_INTERVALS = 300  # the time-series chart's intervals at most (``chart_interval``)
+
+
+def _counter_index(v: Ints) -> Ints:
+    """The HdrHistogram counter of each value (us), as the library computes it (``_fill``); a
+    value and its bin's lowest equivalent value (``_quantised``) have the same counter."""
+    h = _TEMPLATE
+    # bit length, as frexp's exponent: that of the value as a float (exact below 2**53)
+    bits = ((v | h.sub_bucket_mask).astype(np.float64).view(np.int64) >> 52) - 1022
+    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub = v >> (bucket + h.unit_magnitude)
+    idx: Ints = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub - h.sub_bucket_half_count
+    return idx
+
+
+_LOWEST = np.array([_TEMPLATE.get_value_from_index(i) for i in range(_BINS)], dtype=np.int64)  # per counter
+
+
+def _us_index(value_ms: Floats) -> Ints:
+    """The HdrHistogram counter of each value in ms (rounded to us, clipped to the range)."""
+    return _counter_index(np.clip(np.rint(value_ms * 1000.0), 0, HIST_HIGHEST_US).astype(np.int64))
+
+
 @dataclass
 class _Sparse:
     """Values already quantised to HdrHistogram bins, grouped by interval, so a
@@ -65,23 +94,51 @@ class _Sparse:
     count: Ints
 
     @classmethod
-    def of(cls, bucket: Ints, ms: Floats, counts: Ints | None = None) -> _Sparse:
-        v = np.clip(np.rint(ms * 1000.0), 0, HIST_HIGHEST_US).astype(np.int64)
-        # Below 2048 us bins are exact; above, the top 11 bits are kept.
-        shift = np.maximum(np.frexp(v.astype(np.float64))[1] - 11, 0)
-        v = (v >> shift) << shift
-        key = bucket.astype(np.int64) * (HIST_HIGHEST_US + 1) + v
-        w = np.ones(v.size) if counts is None else counts.astype(np.float64)
-        uniq, inv = np.unique(key, return_inverse=True)
-        total = np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64)
-        b, val = np.divmod(uniq, HIST_HIGHEST_US + 1)
-        return cls(b, val, total)
+    def of(cls, bucket: Ints, ms: Floats, counts: Tokens | None = None) -> _Sparse:
+        acc = _SparseCounts()
+        acc.add(bucket, _us_index(ms), counts)
+        return acc.done()
 
     def hist(self, i: int) -> HdrHistogram:
         h = HdrHistogram(1, HIST_HIGHEST_US, _HIST_DIGITS)
         lo, hi = np.searchsorted(self.bucket, [i, i + 1])
         _fill(h, self.value[lo:hi], self.count[lo:hi])
         return h
+
+
+class _SparseCounts:
+    """A ``_Sparse`` counted block by block: each block by (interval, counter) pairs, densely
+    over the intervals it spans, then merged (``done``)."""
+
+    def __init__(self) -> None:
+        self.keys: list[Ints] = []
+        self.totals: list[Ints] = []
+
+    def add(self, bucket: Ints, counter: Ints, counts: Tokens | None) -> None:
+        """Samples by interval and HdrHistogram counter (``_us_index``), ``counts`` of each (None: one)."""
+        if bucket.size == 0:
+            return
+        key = bucket.astype(np.int64) * _BINS + counter
+        w = None if counts is None else counts.astype(np.float64)
+        lo, hi = int(key.min()), int(key.max())
+        if hi - lo < _DENSE:
+            got = np.rint(np.bincount(key - lo, weights=w, minlength=hi - lo + 1)).astype(np.int64)
+            (at,) = np.nonzero(got)
+            self.keys.append(at + lo)
+            self.totals.append(got[at])
+        else:
+            uniq, inv = np.unique(key, return_inverse=True)
+            self.keys.append(uniq)
+            self.totals.append(np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64))
+
+    def done(self) -> _Sparse:
+        if not self.keys:
+            e = np.zeros(0, dtype=np.int64)
+            return _Sparse(e, e, e)
+        uniq, inv = np.unique(np.concatenate(self.keys), return_inverse=True)
+        total = np.bincount(inv.ravel(), weights=np.concatenate(self.totals), minlength=uniq.size)
+        b, idx = np.divmod(uniq, _BINS)
+        return _Sparse(b, _LOWEST[idx], np.rint(total).astype(np.int64))
 
 
 def _fill(h: HdrHistogram, values: Ints, counts: Ints) -> None:
@@ -111,8 +168,8 @@ def _bucket(t_ns: Ints, t0: int, step: int, nb: int) -> Ints:
 def _span(c: Cols, t0: int) -> int:
     ends = [int(c.t_sched.max())]
     ends += [int(v[ok].max()) for v, ok in c.t.values() if ok.any()]
-    if c.c_ns.size:
-        ends.append(int(c.c_ns.max()))
+    if (last := c.chunk_max()) is not None:
+        ends.append(last)
     return max(ends) - t0
 
 
@@ -130,34 +187,55 @@ class _Series:
 
 
 def _series(table: pa.Table, interval_s: float, t0_ns: int | None) -> _Series | None:
-    if not (math.isfinite(interval_s) and interval_s > 0):
-        raise MetricsError(f"interval must be > 0 s, got {interval_s!r}")
+    got = _all_series(table, (interval_s,), t0_ns)
+    return None if got is None else got[0]
+
+
+def _all_series(table: pa.Table, intervals: tuple[float, ...], t0_ns: int | None) -> list[_Series] | None:
+    """The series at each of ``intervals`` (s), in one pass over the chunks: each chunk's gap and
+    histogram counter computed once, then bucketed by every interval."""
+    for interval_s in intervals:
+        if not (math.isfinite(interval_s) and interval_s > 0):
+            raise MetricsError(f"interval must be > 0 s, got {interval_s!r}")
     c = Cols.of(table)
     if c.n == 0:
         return None
     t0 = int(c.t_sched.min()) if t0_ns is None else int(t0_ns)
-    step = max(round(interval_s * 1e9), 1)
-    nb = _span(c, t0) // step + 1
+    span = _span(c, t0)
+    steps = [max(round(interval_s * 1e9), 1) for interval_s in intervals]
+    sizes = [span // step + 1 for step in steps]
     (sent, has_sent), (first, has_first), (done, has_done) = c.t["t_sent"], c.t["t_first"], c.t["t_done"]
-
-    def per(t: Ints, mask: Mask) -> NDArray[np.intp]:
-        return np.bincount(_bucket(t[mask], t0, step, nb), minlength=nb)
-
-    ttft = _Sparse.of(_bucket(first[has_first], t0, step, nb), ms(first[has_first], c.t_sched[has_first]))
     m = c.ok & has_done
-    e2e = _Sparse.of(_bucket(done[m], t0, step, nb), ms(done[m], c.t_sched[m]))
-    sel = c.c_tok > 0
-    gap, has_prev = gaps(c.c_owner[sel], c.c_ns[sel])
-    k = c.c_tok[sel][has_prev]
-    itl = _Sparse.of(_bucket(c.c_ns[sel][has_prev], t0, step, nb), gap[has_prev] / 1e6 / k, k)
-    cols: dict[str, NDArray[np.intp] | Floats] = {
-        "sent": per(sent, has_sent),
-        "completed": per(done, c.ok & has_done),
-        "errors": per(np.where(has_done, done, c.t_sched), ~c.ok),
-        "in_flight": np.cumsum(per(sent, has_sent)) - np.cumsum(per(done, has_sent & has_done)),
-        "output_tokens": np.bincount(_bucket(c.c_ns, t0, step, nb), weights=c.c_tok, minlength=nb),
-    }
-    return _Series(t0, step, cols, ttft, itl, e2e)
+    ttft_ms, e2e_ms = ms(first[has_first], c.t_sched[has_first]), ms(done[m], c.t_sched[m])
+    tokens = [np.zeros(nb) for nb in sizes]
+    itl = [_SparseCounts() for _ in steps]
+    for blk in chunk_blocks(c):
+        sel = blk.tok > 0
+        ns = blk.ns[sel]
+        gap, has_prev = gaps(blk.owner[sel], ns)
+        k = blk.tok[sel][has_prev]
+        counter = _us_index(gap[has_prev] / 1e6 / k)
+        at = ns[has_prev]
+        for step, nb, tok, acc in zip(steps, sizes, tokens, itl, strict=True):
+            np.add(tok, np.bincount(_bucket(blk.ns, t0, step, nb), weights=blk.tok, minlength=nb), out=tok)
+            acc.add(_bucket(at, t0, step, nb), counter, k)
+    out = []
+    for step, nb, tok, acc in zip(steps, sizes, tokens, itl, strict=True):
+
+        def per(t: Ints, mask: Mask, step: int = step, nb: int = nb) -> NDArray[np.intp]:
+            return np.bincount(_bucket(t[mask], t0, step, nb), minlength=nb)
+
+        cols: dict[str, NDArray[np.intp] | Floats] = {
+            "sent": per(sent, has_sent),
+            "completed": per(done, m),
+            "errors": per(np.where(has_done, done, c.t_sched), ~c.ok),
+            "in_flight": np.cumsum(per(sent, has_sent)) - np.cumsum(per(done, has_sent & has_done)),
+            "output_tokens": tok,
+        }
+        ttft = _Sparse.of(_bucket(first[has_first], t0, step, nb), ttft_ms)
+        e2e = _Sparse.of(_bucket(done[m], t0, step, nb), e2e_ms)
+        out.append(_Series(t0, step, cols, ttft, acc.done(), e2e))
+    return out
 
 
 def iter_interval_histograms(
@@ -171,23 +249,66 @@ def iter_interval_histograms(
             yield series.histograms(i)
 
 
+def chart_interval(table: pa.Table) -> float:
+    """The interval (s) of report.html's time-series chart: 1 s, or longer so that the run's
+    schedule spans at most ``CHART_INTERVALS`` of them."""
+    t = Cols.of(table).t_sched
+    return max(1.0, (int(t.max()) - int(t.min())) / 1e9 / CHART_INTERVALS) if t.size else 1.0
+
+
 def timeseries(table: pa.Table, interval_s: float = 1.0) -> list[dict[str, Any]]:
     """Per-interval rows from the first t_sched: requests sent, completed ok,
     errors (by completion), in flight at the interval's end, output tok/s, and
     TTFT/ITL p50/p99 in ms (from the HdrHistograms, so within 0.1 %; None when
-    no first token / chunk arrived in the interval)."""
-    series = _series(table, interval_s, None)
-    if series is None:
+    no first token / chunk arrived in the interval).
+
+    Computed once per table and interval; the first call also computes, in the same pass over
+    the chunks, the rows at ``chart_interval`` (what report.html charts after summary.json's 1 s)."""
+    if table.num_rows == 0:
         return []
+    c = Cols.of(table)
+    wanted = tuple(dict.fromkeys((interval_s, chart_interval(table))))
+    missing = tuple(i for i in wanted if ("timeseries", i) not in c.memo)
+    if missing:
+        for i, series in zip(missing, _all_series(table, missing, None) or [], strict=True):
+            c.memo[("timeseries", i)] = _rows(series, i)
+    rows: list[dict[str, Any]] = c.memo[("timeseries", interval_s)]
+    return rows
+
+
+def _rows(series: _Series, interval_s: float) -> list[dict[str, Any]]:
+    nb = series.cols["sent"].size
+    pct = {name: _percentiles(sp, nb, (50, 99)) for name, sp in (("ttft", series.ttft), ("itl", series.itl))}
     rows = []
-    for i in range(series.cols["sent"].size):
+    for i in range(nb):
         row: dict[str, Any] = {"t_s": i * series.step / 1e9}
         row.update({k: int(v[i]) for k, v in series.cols.items() if k != "output_tokens"})
         row["output_tps"] = float(series.cols["output_tokens"][i]) / interval_s
-        for name, sp in (("ttft", series.ttft), ("itl", series.itl)):
-            h = sp.hist(i)
-            for p in (50, 99):
-                empty = h.get_total_count() == 0
-                row[f"{name}_p{p}_ms"] = None if empty else hist_percentile(h, p) / 1000
+        for name, at in pct.items():
+            for p, values in at.items():
+                row[f"{name}_p{p}_ms"] = None if values[i] < 0 else int(values[i]) / 1000
         rows.append(row)
     return rows
+
+
+def _percentiles(sp: _Sparse, nb: int, ps: tuple[int, ...]) -> dict[int, Ints]:
+    """Per interval, ``hist_percentile(sp.hist(i), p)`` for each p (us; -1 where the interval
+    holds no sample), from the sparse counts without building a histogram: the target count
+    as the library computes it, then the first bin whose running count reaches it."""
+    total = np.bincount(sp.bucket, weights=sp.count, minlength=nb).astype(np.int64)
+    before = np.cumsum(total) - total  # samples of the intervals before each
+    running = np.cumsum(sp.count)
+    out = {}
+    for p in ps:
+        target = np.maximum(np.floor(min(p, 100.0) * total / 100 + 0.5).astype(np.int64), 1)
+        at = np.minimum(np.searchsorted(running, before + target), max(sp.count.size - 1, 0))
+        got = _highest()[_counter_index(sp.value[at])] if sp.count.size else np.zeros(nb, dtype=np.int64)
+        out[p] = np.where(total > 0, got, -1)
+    return out
+
+
+@functools.cache
+def _highest() -> Ints:
+    """The highest value equivalent to each counter's (``get_highest_equivalent_value``)."""
+    h = _TEMPLATE
+    return np.array([h.get_highest_equivalent_value(int(v)) for v in _LOWEST], dtype=np.int64)

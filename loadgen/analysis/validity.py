@@ -18,6 +18,8 @@ Suspect codes (``SUSPECT_CODES``):
 - ``few_samples``: fewer samples than a bounded p99 needs (or none);
 - ``interrupted``: the run (or point) was stopped before it finished;
 - ``writer_degraded``: records were written in a degraded form (some fields lost);
+- ``worker_lost``: a distributed run's worker was lost mid-point (it stopped heartbeating, or its
+  engine died): its shard's requests with no record home are recorded ``not_sent``;
 - ``cache_warm``, ``traffic_differs``: hooks for the prefix-cache and traffic checks
   (their caveats are passed in by the code that detects them).
 
@@ -75,6 +77,7 @@ SUSPECT_CODES = (
     "cache_warm",
     "traffic_differs",
     "writer_degraded",
+    "worker_lost",
 )
 SIZED_CODES = ("few_samples",)  # left to each verdict's own sample-size rule
 FIRST_CODES = ("buffered_stream", "no_done_marker")  # how to read TTFT and ITL at all: said first
@@ -235,7 +238,20 @@ def _few_samples(s: Summary, min_samples: int) -> list[Caveat]:
 def client_caveats(client: Mapping[str, Any], lag_limit_ms: float = 10.0) -> list[Caveat]:
     """Where loadgen itself may have distorted a point (its run.json "client" block, read by
     ``analysis.client_health``; ``lag_limit_ms``: the run's, which ``client_loop_lag`` uses too)."""
-    return [Caveat(code, message) for code, message in client_notes(client, lag_limit_ms)]
+    return [Caveat(code, message) for code, message in client_notes(client, lag_limit_ms)] + _workers_lost(client)
+
+
+def _workers_lost(client: Mapping[str, Any]) -> list[Caveat]:
+    """worker_lost for each worker a distributed point lost (run.json client ``workers_lost``)."""
+    return [
+        Caveat(
+            "worker_lost",
+            f"worker {w.get('shard')} ({w.get('host') or 'unknown host'}) was lost mid-point ({w.get('reason')}): "
+            f"{w.get('not_sent', 0)} of its shard's requests have no record and are recorded not_sent",
+        )
+        for w in client.get("workers_lost") or ()
+        if isinstance(w, Mapping)
+    ]
 
 
 SIM_LATE_SHARE = 0.05  # of the simulator's steps late: above it, its answers were slower than modelled

@@ -7,7 +7,9 @@ import argparse
 
 from loadgen.cli.endpoint_flags import add_endpoint_options, endpoint_options_of, warn_insecure
 from loadgen.cli.flags import bounded_int
-from loadgen.cli.run_cmd import POSITIVE_SECONDS, preflight, resolve_endpoint
+from loadgen.cli.run_cmd import preflight
+from loadgen.cli.run_flags import POSITIVE_SECONDS
+from loadgen.cli.run_settings import resolve_endpoint
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
 from loadgen.conformance.check_items import ITEMS, LEVELS, RESPONSES_ITEMS
 

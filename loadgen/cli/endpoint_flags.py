@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from loadgen.client.endpoint_options import EndpointOptions
 
-__all__ = ["add_endpoint_options", "endpoint_options_of", "warn_insecure", "INSECURE_WARNING"]
+__all__ = ["add_endpoint_options", "add_transport_option", "endpoint_options_of", "warn_insecure", "INSECURE_WARNING"]
 
 INSECURE_WARNING = (
     "loadgen: warning: --insecure: the endpoint's TLS certificate is not verified "
@@ -60,6 +60,17 @@ def add_endpoint_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--insecure", action="store_true", help="do not verify the endpoint's TLS certificate (a lab endpoint only)"
+    )
+
+
+def add_transport_option(p: argparse.ArgumentParser) -> None:
+    """``--transport``: the wire a run's measured requests go through (run and sweep; not ``check``)."""
+    p.add_argument(
+        "--transport",
+        choices=("lean", "aiohttp"),
+        default="lean",
+        help="the HTTP client of the measured requests: loadgen's own HTTP/1.1 (lean) or aiohttp's; "
+        "where an HTTP(S) proxy applies, lean falls back to aiohttp and run.json says why (default: %(default)s)",
     )
 
 

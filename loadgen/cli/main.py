@@ -10,7 +10,7 @@ else. Commands validate everything before they send anything, so such an error
 means no traffic was sent. tests/test_bad_input.py holds this. The line is redacted
 with the secrets the command was given (the API key, credentials in the endpoint URL).
 
-Exit codes (``run_cmd.EXIT_CODES``, shown in ``--help``): 0 done, 1 gate FAIL, 2 usage or
+Exit codes (``run_flags.EXIT_CODES``, shown in ``--help``): 0 done, 1 gate FAIL, 2 usage or
 bad input, 3 gate INCONCLUSIVE, 4 every request failed, 130 SIGINT, 143 SIGTERM.
 """
 
@@ -26,11 +26,22 @@ from loadgen.cli.flags import Parser, error_line
 from loadgen.errors import LoadgenError
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
-COMMANDS = ("run_cmd", "report_cmd", "sim_cmd", "workloads_cmd", "sweep_cmd", "compare_cmd", "gate_cmd", "check_cmd")
+COMMANDS = (
+    "run_cmd",
+    "report_cmd",
+    "sim_cmd",
+    "workloads_cmd",
+    "sweep_cmd",
+    "compare_cmd",
+    "gate_cmd",
+    "check_cmd",
+    "worker_cmd",
+    "plan_cmd",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from loadgen.cli.run_cmd import EXIT_CODES
+    from loadgen.cli.run_flags import EXIT_CODES
 
     parser = Parser(
         prog="loadgen",

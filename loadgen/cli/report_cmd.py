@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from loadgen.cli.run_cmd import LAG_MS, SECONDS
+from loadgen.cli.run_flags import LAG_MS, SECONDS
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,9 +52,14 @@ def main(args: argparse.Namespace) -> int:
         options = {"lag_limit_ms": args.lag_limit_ms} if args.lag_limit_ms is not None else {}
         render_sweep(run_dir, **options).print()
         return 0
-    report = summarize_run(run_dir, warmup_s=args.warmup, cooldown_s=args.cooldown, lag_limit_ms=args.lag_limit_ms)
+    from loadgen.records import read_records
+
+    table = read_records(run_dir)  # read once: the summary, the terminal and report.html share its figures
+    report = summarize_run(
+        run_dir, warmup_s=args.warmup, cooldown_s=args.cooldown, lag_limit_ms=args.lag_limit_ms, table=table
+    )
     from loadgen.report.terminal import print_run
 
     print_run(report)
-    print(f"report: {write_report(run_dir)}")
+    print(f"report: {write_report(run_dir, table=table)}")
     return 0

@@ -154,6 +154,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--port", type=PORT, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
     )
     p.add_argument("--announce", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--replicas",
+        type=bounded_int(1, 256),
+        default=1,
+        help="independent simulated engines, one process each, behind the one port (SO_REUSEPORT: the kernel "
+        "spreads connections at random, as a data-parallel deployment); each reports its own ground truth "
+        "and metrics (default: %(default)s replica)",
+    )
+    # a replica of `--replicas` (sim/replicas.py): shares the port, listens on one of its own too
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
 
@@ -266,13 +276,14 @@ async def serve(args: argparse.Namespace) -> None:
     from loadgen.sim.process import READY
 
     server = build_server(args)
-    url = await server.start(args.host, args.port)
+    url = await server.start(args.host, args.port, reuse_port=args.reuse_port)
+    own = await server.also_listen(args.host) if args.reuse_port else ""  # a replica's own address
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.announce:
-        print(READY + url, flush=True)
+        print(READY + url + (f" {own}" if own else ""), flush=True)
     else:
         print(f"loadgen sim serving {server.config.model_name} at {url} (Ctrl-C to stop)", flush=True)
     try:
@@ -294,5 +305,13 @@ def main(args: argparse.Namespace) -> int:
     from loadgen import clock
 
     clock.loop_name()  # LOADGEN_LOOP is valid (a LoopError otherwise), before the coroutine is made
+    if args.replicas > 1:
+        from loadgen.sim.replicas import serve_replicas
+
+        check_sim_options(args)  # refused here, once, before N processes start
+        flags = sim_args(argparse.Namespace(**{**vars(args), "sim_truth": None}))  # each replica's truth is its own
+        return serve_replicas(
+            args.replicas, flags, host=args.host, port=args.port, truth=args.sim_truth, announce=args.announce
+        )
     clock.run(serve(args))
     return 0

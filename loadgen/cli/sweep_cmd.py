@@ -17,11 +17,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loadgen.cli.distributed_flags import add_master_options, point_sender_of
 from loadgen.cli.endpoint_flags import warn_insecure
 from loadgen.cli.flags import finite_float
 from loadgen.cli.gate_cmd import add_gate_options, gate_after_run, gate_profile
 from loadgen.cli.overrides import add_set_flag
-from loadgen.cli.run_cmd import (
+from loadgen.cli.run_cmd import ending, preflight
+from loadgen.cli.run_flags import (
     EXIT_CODES,
     POSITIVE_SECONDS,
     SECONDS,
@@ -30,11 +32,8 @@ from loadgen.cli.run_cmd import (
     add_target_options,
     add_timing_options,
     add_traffic_options,
-    ending,
-    preflight,
-    resolve_workload,
-    shared_settings,
 )
+from loadgen.cli.run_settings import resolve_workload, shared_settings
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
 from loadgen.cli.sweep_defaults import (
     DEFAULT_SLO,
@@ -182,6 +181,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_set_flag(p)
     add_counting_options(p)
     add_timing_options(p)
+    add_master_options(p)
     p.set_defaults(drain=15.0)  # a sweep moves on: answers still running 15 s after a point are cancelled
     p.add_argument("--keep-text", action="store_true", help="store each answer's text in the records")
     add_output_options(p)
@@ -321,6 +321,10 @@ def main(args: argparse.Namespace) -> int:
     api_key = api_key_from_env(args.api_key_env)
     warn_insecure(settings.base.http)
     out = Path(args.out) if args.out else Path("runs") / new_run_id()
+    if args.sim_virtual:  # no server, no client: every point in virtual time (cli/virtual_flags.py)
+        from loadgen.cli.virtual_flags import sweep_virtual
+
+        return sweep_virtual(args, settings, lambda salt: resolve_workload(args, salt=salt), out)
 
     from rich.console import Console
     from rich.text import Text
@@ -335,7 +339,7 @@ def main(args: argparse.Namespace) -> int:
     for line in defaults_note(settings):
         console.print(line, style="dim", highlight=False)
     view = SweepView(settings, enabled=args.live, console=console)
-    with view:
+    with point_sender_of(args) as sender, view:  # with --master: every point goes to the same workers
         result = run_sweep(
             settings,
             lambda salt: resolve_workload(args, salt=salt),
@@ -346,6 +350,7 @@ def main(args: argparse.Namespace) -> int:
             on_engine=view.attach,
             force=args.force,
             on_live=view.on_shard,
+            point_sender=sender,
         )
     cut = result.cut_inflight if result.drain_cut else None
     if not result.points:

@@ -10,10 +10,10 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS, EndpointOptions
+from loadgen.client.stages import StageEndpoint, stage_url
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,9 +27,11 @@ __all__ = [
     "Timeouts",
     "TIMEOUT_FLAGS",
     "EngineConfig",
+    "Route",
     "Plan",
     "LiveCounters",
     "MAX_TIMEOUT_S",
+    "TRANSPORTS",
     "MAX_INFLIGHT",
     "DEFAULT_MAX_INFLIGHT",
 ]
@@ -41,6 +43,7 @@ MAX_INFLIGHT = 1_000_000
 DEFAULT_MAX_INFLIGHT = 10_000  # a safety cap; reaching it is reported, never silent
 _BUFSIZE = (4 * 1024, 1 << 30)  # a read buffer from 4 KiB to 1 GiB
 _MAX_SHARDS = 4096
+TRANSPORTS = ("lean", "aiohttp")  # --transport
 # chat and completions stream chunks, responses streams typed events (the Responses API), and
 # embeddings and rerank answer one JSON body (pooled: prefill only, no output tokens)
 APIS = ("chat", "completions", "responses", "embeddings", "rerank")
@@ -127,6 +130,9 @@ class EngineConfig:
     # How requests reach the endpoint (headers, key header, TLS, proxy): the transport's and headers'
     http: EndpointOptions = field(default_factory=EndpointOptions)
     max_tokens_field: str = "max_tokens"  # max_tokens | max_completion_tokens | both
+    # A pipeline's stages with endpoints of their own (client.stages); a stage not here is the run's
+    stages: tuple[StageEndpoint, ...] = ()
+    transport: str = "lean"  # the wire: loadgen's own HTTP/1.1 ("lean") or aiohttp's client (client.wire.choice)
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
@@ -151,6 +157,10 @@ class EngineConfig:
             raise ConfigError(f"EngineConfig.http {self.http!r}: must be an EndpointOptions")
         if self.max_tokens_field not in MAX_TOKENS_FIELDS:
             raise ConfigError(f"--max-tokens-field {self.max_tokens_field!r}: use {', '.join(MAX_TOKENS_FIELDS)}")
+        if not all(isinstance(s, StageEndpoint) for s in self.stages):
+            raise ConfigError(f"EngineConfig.stages {self.stages!r}: must be StageEndpoints")
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(f"--transport {self.transport!r}: use {' or '.join(TRANSPORTS)}")
 
     @property
     def path(self) -> str:
@@ -159,8 +169,25 @@ class EngineConfig:
     @property
     def request_url(self) -> str:
         """Where requests go: the base URL's path and ``path``, its query (a key, say) kept after them."""
-        parts = urlsplit(self.url)
-        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + self.path))
+        return stage_url(self.url, self.path)
+
+    def route(self, stage: str, api: str) -> Route:
+        """Where a request of ``stage`` ("" outside a pipeline) and ``api`` ("" = the run's) goes."""
+        api = api or self.api
+        own = next((s for s in self.stages if s.stage == stage), None)
+        if own is None:
+            return Route(stage, api, stage_url(self.url, api_path(api)), self.model, self.endpoint_label)
+        return Route(stage, api, stage_url(own.url, api_path(api)), own.model, own.label or self.endpoint_label)
+
+
+class Route(NamedTuple):
+    """A request's destination: its stage, API, full URL, model and endpoint label (client.stages)."""
+
+    stage: str
+    api: str
+    url: str
+    model: str
+    label: str
 
 
 @dataclass

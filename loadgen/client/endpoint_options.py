@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,17 +173,15 @@ class EndpointOptions:
         return proxy
 
     def request_kwargs(self, url: str) -> dict[str, Any]:
-        """aiohttp's per-request ``proxy`` (and ``proxy_auth`` from its user info) for ``url``."""
-        proxy = self.proxy_for(url)
-        if proxy is None:
-            return {}
-        import aiohttp
-        from yarl import URL
+        """aiohttp's per-request ``proxy`` for ``url``, credentials and all.
 
-        p = URL(proxy)
-        if not p.user:
-            return {"proxy": proxy}
-        return {"proxy": p.with_user(None), "proxy_auth": aiohttp.BasicAuth(p.user, p.password or "")}
+        A proxy's credentials stay in its URL's user info: aiohttp sends them from there as
+        ``Proxy-Authorization`` (Basic, latin-1), on the request itself to a plain-HTTP
+        endpoint and on the ``CONNECT`` to an HTTPS one, and never to the endpoint. Not as
+        ``proxy_auth``: its ``BasicAuth`` is deprecated in aiohttp 3.14 (a warning, an error
+        under the tests' filter); nor as ``proxy_headers``, which aiohttp sends on a
+        ``CONNECT`` only, so a plain-HTTP endpoint's proxy would never see them."""
+        return {} if (proxy := self.proxy_for(url)) is None else {"proxy": proxy}
 
     def session(self, timeout_s: float, *, connect_s: float | None = None, **kwargs: Any) -> aiohttp.ClientSession:
         """A short-lived aiohttp session (discovery, preflight, the usage probe, ``check``) that
@@ -201,9 +200,11 @@ class EndpointOptions:
 
         return tuple(s for u in getproxies().values() for s in url_secrets(u))
 
-    def secrets(self, api_key: str | None, url: str | None) -> Secrets:
-        """A run's secrets: its key, every header value, the proxy's and the URL's credentials."""
-        return Secrets.of(api_key=api_key, headers=(*self.secret_values(), *self.proxy_secrets()), url=url)
+    def secrets(self, api_key: str | None, url: str | None, stage_urls: Iterable[str] = ()) -> Secrets:
+        """A run's secrets: its key, every header value, the proxy's and the URLs' credentials
+        (``url``'s and a pipeline's ``stage_urls``')."""
+        headers = (*self.secret_values(), *self.proxy_secrets())
+        return Secrets.of(api_key=api_key, headers=headers, url=url, urls=stage_urls)
 
     def json(self) -> dict[str, Any]:
         """What run.json's settings keep: header names (never values), the TLS files, ``insecure``."""

@@ -17,13 +17,15 @@ a millisecond or two of its time however many requests are in flight; a probe (l
 measures for the whole run how late the loop runs what is due and how late it stamps a read.
 
 It takes its clock and its transport as parameters (``time.perf_counter_ns`` and
-aiohttp by default), so its scheduling, holds, timeouts, drain and cancellation can
-be driven without sockets, on virtual time (``loadgen.clock.VirtualLoop``).
+the one ``--transport`` names by default: client.wire.choice), so its scheduling, holds,
+timeouts, drain and cancellation can be driven without sockets, on virtual time
+(``loadgen.clock.VirtualLoop``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import deque
@@ -32,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.config import EngineConfig, LiveCounters, Plan
 from loadgen.client.fingerprint import Traffic
 from loadgen.client.holds import HoldQueue
@@ -40,6 +41,7 @@ from loadgen.client.loop_probe import LoopProbe
 from loadgen.client.outcome import Say
 from loadgen.client.session_runs import Ahead, SessionRuns
 from loadgen.client.transport import FastPath, Transport
+from loadgen.client.wire.choice import WireChoice, transport_for
 from loadgen.clock import SPIN_NS, Clock, quiet_gc, sleep_until
 from loadgen.records import RecordWriter
 from loadgen.redaction import Secrets
@@ -75,22 +77,22 @@ class Engine:
         self.cfg = config
         self.writer = writer
         self.clock = clock
-        self.transport: Transport = (
-            transport
-            if transport is not None
-            else AiohttpTransport(
-                config.request_url,
-                connect_timeout_s=config.timeouts.connect,
-                read_bufsize=config.read_bufsize,
-                http=config.http,
-            )
-        )
+        self.wire: WireChoice | None = None  # the transport chosen for the run's URL, and why (client.wire.choice)
+        self.transport: Transport = transport if transport is not None else self._transport_to(config.request_url)
+        # a pipeline's stages, each through a transport of its own (its URL, its pool: client.stages);
+        # a scripted transport (tests) carries every stage
+        self.stage_transports: dict[str, Transport] = {
+            s.stage: transport if transport is not None else self._transport_to(config.route(s.stage, s.api).url)
+            for s in config.stages
+        }
         self.live = LiveCounters()
         self.traffic = Traffic()  # fingerprints of the requests written to the wire (client.fingerprint)
         self.fast_path = FastPath(False, "the run has not started")  # what the transport said at the start
         self.stop_reason: str | None = None  # why the run was stopped (``stop``), if it was
         self.drain_cut = False  # a second stop ended the drain early
-        self.secrets = secrets if secrets is not None else config.http.secrets(api_key, config.url)
+        self.secrets = (
+            secrets if secrets is not None else config.http.secrets(api_key, config.url, [s.url for s in config.stages])
+        )
         self.say = Say(self.secrets)
         # counts each output chunk's text when the stream has no running usage (loaded once: a file)
         self.tokenizer: Tokenizer | None = get_tokenizer(config.tokenizer) if config.tokenizer else None
@@ -105,6 +107,13 @@ class Engine:
         self._stopped_at = 0
         # the sessions never started (the run was stopped first), with their instants (None: now)
         self._left: Iterator[tuple[Session, int | None]] = iter(())
+
+    def _transport_to(self, url: str) -> Transport:
+        """The transport that carries requests to ``url`` (one route of the endpoint)."""
+        choice = transport_for(self.cfg, url)
+        if self.wire is None:  # the run's own URL comes first
+            self.wire = choice
+        return choice.transport
 
     # -- public ----------------------------------------------------------------
     def stop(self, reason: str = "interrupted") -> None:
@@ -135,7 +144,11 @@ class Engine:
         self.sessions.open(self.cfg.max_inflight)
         self.live.start_ns = start_ns
         connections = plan.concurrency or self.cfg.max_inflight
-        async with self.transport.open(self.clock, self._holds, connections) as fit:
+        async with contextlib.AsyncExitStack() as opened:
+            fit = await opened.enter_async_context(self.transport.open(self.clock, self._holds, connections))
+            for t in {id(t): t for t in self.stage_transports.values() if t is not self.transport}.values():
+                own = await opened.enter_async_context(t.open(self.clock, self._holds, connections))
+                fit = fit if own.ok else own  # every route must hold requests for the run to
             self.fast_path = fit
             self.sessions.lead_ns = LEAD_NS if fit.ok else 0  # no holding: each request prepared at its instant
             self.probe.start()

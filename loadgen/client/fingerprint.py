@@ -65,7 +65,13 @@ def without_stream_options(body: bytes) -> bytes:
     at = body.find(_STREAM_OPTIONS)
     if at < 0:
         return body
-    end = _value_end(body, at + len(_STREAM_OPTIONS))
+    i = at + len(_STREAM_OPTIONS)
+    for known in _BUILT:  # what build_body writes, nearly always: no scan (~5 us a request)
+        if body.startswith(known, i):
+            end = i + len(known)
+            break
+    else:
+        end = _value_end(body, i)
     if body[end : end + 1] == b",":
         end += 1  # the comma after it goes with it...
     elif body[at - 1 : at] == b",":
@@ -74,6 +80,9 @@ def without_stream_options(body: bytes) -> bytes:
 
 
 _STREAM_OPTIONS = b'"stream_options":'
+# The stream_options objects build_body writes: each a whole JSON object, so one that starts
+# the value is the value (what _value_end would find).
+_BUILT = (b'{"include_usage":true}', b'{"include_usage":true,"continuous_usage_stats":true}')
 
 
 def _value_end(body: bytes, i: int) -> int:

@@ -13,7 +13,7 @@ length, so a cut never leaves half a key behind.
 
 from __future__ import annotations
 
-from loadgen.client.config import EngineConfig
+from loadgen.client.config import EngineConfig, Route
 from loadgen.client.protocol.chunk_errors import StreamError
 from loadgen.client.protocol.sse import BadStream
 from loadgen.client.protocol.tallies import Tally
@@ -55,8 +55,10 @@ class Say:
         return clean_text(self.secrets.redact(whole), limit)
 
 
-def new_record(cfg: EngineConfig, seq: int, session: int, turn_no: int, turn: Turn, t_sched: int) -> Record:
-    """The record of one request, before anything happened to it."""
+def new_record(
+    cfg: EngineConfig, seq: int, session: int, turn_no: int, turn: Turn, t_sched: int, route: Route
+) -> Record:
+    """The record of one request (to ``route``: its stage's endpoint), before anything happened to it."""
     return Record(
         run_id=cfg.run_id,
         point=cfg.point,
@@ -64,9 +66,10 @@ def new_record(cfg: EngineConfig, seq: int, session: int, turn_no: int, turn: Tu
         request=seq,
         session=session,
         turn=turn_no,
-        endpoint=cfg.endpoint_label,
-        model=cfg.model,
-        api=cfg.api,
+        endpoint=route.label,
+        model=route.model,
+        api=route.api,
+        stage=route.stage or None,
         t_sched=t_sched,
         prompt_tokens_requested=turn.prompt_tokens or None,
         output_tokens_requested=turn.max_tokens,
@@ -122,7 +125,7 @@ def fill(rec: Record, tally: Tally, t_done: int, keep_text: bool, say: Say) -> N
     (``tally.problems``, a note in ``error`` that leaves the status as it is)."""
     rec.t_done = t_done
     counts, total, source = tally.reconcile()
-    rec.chunk_ns = tally.chunk_ns
+    rec.chunk_ns = chunks = tally.chunk_ns  # (a list of its own: the tally holds them compactly)
     rec.chunk_tokens = counts
     rec.output_tokens = total
     rec.output_tokens_source = source
@@ -131,8 +134,8 @@ def fill(rec: Record, tally: Tally, t_done: int, keep_text: bool, say: Say) -> N
     rec.cached_tokens = tally.cached_tokens
     if tally.finish_reason is not None:  # an endpoint's string: it may echo the key
         rec.finish_reason = say.word(tally.finish_reason)
-    if tally.chunk_ns:
-        rec.t_first, rec.t_last = tally.chunk_ns[0], tally.chunk_ns[-1]
+    if chunks:
+        rec.t_first, rec.t_last = chunks[0], chunks[-1]
     if keep_text:  # kept as sent (it is untrusted, the reader knows), but never with a secret in it
         rec.output_text = say.secrets.redact(tally.text)
     rec.t_first_content = tally.t_first_content

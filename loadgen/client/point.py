@@ -13,12 +13,14 @@ from loadgen.client.engine import Engine
 from loadgen.client.interrupts import Stopper
 from loadgen.client.settings import RunSettings, engine_config
 from loadgen.client.trace_cut import cut_trace
+from loadgen.client.wire.choice import wire_json
 from loadgen.clock import SpinMeter
 from loadgen.errors import ConfigError
 from loadgen.records import STREAM_NAME, RecordWriter
 from loadgen.redaction import Secrets
 from loadgen.schedule import offsets_ns, shard_indices
 from loadgen.workload.base import Workload
+from loadgen.workload.rag_pipeline import pooled_stages
 
 __all__ = ["build_plan", "run_engine", "cpu_utilisation", "MIN_JUDGED_WALL_S"]
 
@@ -77,7 +79,8 @@ async def run_engine(
 
     ``stopper`` (client.interrupts) is how the run is stopped: its orders, given before
     or during the run, reach this engine; signals are the caller's to route to it."""
-    cfg = engine_config(settings, url, model, run_id, shard=shard, shards=shards)
+    stages = pooled_stages(workload)
+    cfg = engine_config(settings, url, model, run_id, shard=shard, shards=shards, stages=stages)
     plan = build_plan(settings, workload, shard, shards)
     stopper = stopper if stopper is not None else Stopper()
     with RecordWriter(run_dir / stream_name) as writer:
@@ -127,6 +130,8 @@ async def run_engine(
         # reads stamped in aiohttp's protocol and requests held to their instants; when false, why not
         "fast_read": engine.fast_path.ok,
         "fast_read_why_not": engine.fast_path.why,
+        # the wire that carried the run (--transport) and, when not the one asked for, why (client.wire.choice)
+        **wire_json(engine.wire, engine.transport),
     }
 
 

@@ -15,8 +15,9 @@
    meet is then the run's to record.
 
 ``--no-preflight`` (``RunSettings.preflight`` False) skips both checks, not the discovery of a
-model that was not given. The built-in simulator is not checked (it serves any model name).
-Each failure is an ``EndpointError``: exit code 2, nothing sent.
+model that was not given. The built-in simulator is not checked (it serves any model name). A
+pipeline's stage endpoints and models (``--endpoint-embed``, ``--model-rerank``, ...) are checked
+as step 1 checks the run's. Each failure is an ``EndpointError``: exit code 2, nothing sent.
 """
 
 from __future__ import annotations
@@ -54,13 +55,20 @@ def preflight(
     sim_flags: Sequence[str] = (),
 ) -> tuple[str, PerChunkUsage]:
     """The model to send to and the per-chunk usage decision, both checked (module doc)."""
-    secrets = secrets if secrets is not None else settings.http.secrets(api_key, url)
+    secrets = secrets if secrets is not None else settings.http.secrets(api_key, url, settings.stage_endpoints.values())
     check = settings.preflight and not is_sim
     model = settings.model
     if model is None:
         model = asyncio.run(discover_model(url, api_key, http=settings.http, secrets=secrets))
     elif check:
         check_listed(settings, url, model, api_key=api_key, secrets=secrets)
+    for stage in sorted({*settings.stage_endpoints, *settings.stage_models}) if settings.preflight else ():
+        # a pipeline's stages with endpoints or models of their own (client.stages); a stage on the
+        # built-in simulator is not checked
+        own = settings.stage_endpoints.get(stage)
+        if own is not None or not is_sim:
+            name = settings.stage_models.get(stage, model)
+            check_listed(settings, own or url, name, api_key=api_key, secrets=secrets, flag=f"--model-{stage}")
     if is_sim and settings.per_chunk_usage == "auto" and SIM_CHUNK_FLAG not in sim_flags:
         usage = PerChunkUsage(False, "sim", None, SIM_ONE_TOKEN)
     else:
@@ -75,8 +83,10 @@ def preflight(
     return model, usage
 
 
-def check_listed(settings: RunSettings, url: str, model: str, *, api_key: str | None, secrets: Secrets) -> None:
-    """Refuse ``model`` when ``/models`` answers with a list of usable names without it."""
+def check_listed(
+    settings: RunSettings, url: str, model: str, *, api_key: str | None, secrets: Secrets, flag: str = "--model"
+) -> None:
+    """Refuse ``model`` (given by ``flag``) when ``/models`` answers with a list of usable names without it."""
     t = settings.timeouts
     bound = min(MODELS_TIMEOUT_S, t.connect + t.first_byte, t.total)
     try:
@@ -89,7 +99,7 @@ def check_listed(settings: RunSettings, url: str, model: str, *, api_key: str | 
     names = ", ".join(listed[:SHOWN_MODELS])
     more = f" and {len(listed) - SHOWN_MODELS:,} more" if len(listed) > SHOWN_MODELS else ""
     raise EndpointError(
-        f"--model {model}: {endpoint_label(url)}/models does not list it; it lists {names}{more} "
+        f"{flag} {model}: {endpoint_label(url)}/models does not list it; it lists {names}{more} "
         "(pass one of them, or --no-preflight to send anyway)"
     )
 

@@ -179,10 +179,27 @@ def run_point(
     on_engine: Callable[[Engine], None] | None = None,
     stem: str = "records",
     on_live: Callable[[int, LiveCounters], None] | None = None,
+    point_sender: Callable[..., dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One load point, in this process or sharded over ``settings.workers`` processes. The live
-    view reads the engine (``on_engine``) here, or each worker's counters (``on_live``) there."""
-    secrets = secrets if secrets is not None else settings.http.secrets(api_key, url)
+    view reads the engine (``on_engine``) here, or each worker's counters (``on_live``) there.
+    ``point_sender``: who sends it instead, with this signature (a distributed run's master,
+    ``loadgen.distributed.master.Master.run_point``)."""
+    if point_sender is not None:
+        return point_sender(
+            settings,
+            workload,
+            url,
+            model,
+            run_dir,
+            run_id,
+            api_key=api_key,
+            secrets=secrets,
+            stopper=stopper,
+            stem=stem,
+            on_live=on_live,
+        )
+    secrets = secrets if secrets is not None else settings.http.secrets(api_key, url, settings.stage_endpoints.values())
     if settings.workers <= 1:
         return clock.run(
             run_engine(
@@ -255,6 +272,7 @@ def execute(
     force: bool = False,
     salt: Salt | None = None,
     on_live: Callable[[int, LiveCounters], None] | None = None,
+    point_sender: Callable[..., dict[str, Any]] | None = None,
 ) -> RunResult:
     """Run once: target up, records written and compacted, run.json complete (or interrupted).
 
@@ -262,7 +280,7 @@ def execute(
     before the target is started or asked anything."""
     make_folder(out, force=force)
     run_id = new_run_id()
-    secrets = settings.http.secrets(api_key, settings.endpoint)
+    secrets = settings.http.secrets(api_key, settings.endpoint, settings.stage_endpoints.values())
     stopper = Stopper()
     with catching_signals(stopper):
         with target(settings.endpoint, sim_flags or []) as (url, is_sim):
@@ -288,6 +306,7 @@ def execute(
                         stopper=stopper,
                         on_engine=on_engine,
                         on_live=on_live,
+                        point_sender=point_sender,
                     )
                 if is_sim:
                     meta["simulator"].update(asyncio.run(simulator_health(url)))

@@ -13,6 +13,11 @@ Each request's timeouts (config.Timeouts) are watched by a timer of its own
 
 A request offering ``tools`` has its answer's calls captured, counted (``tool_calls``), and sent
 back by the next turn with a ``role: tool`` message each (``workload.session.Conversation``).
+
+A pipeline's stage turn (``Turn.stage``) goes to its stage's route (``EngineConfig.route``: its
+endpoint, model and API) through that stage's transport; a pooled stage (embeddings, rerank)
+sends its own body fields (``Turn.extra``) and stays outside the conversation, and ``--extra-body``
+goes only to the turns of the run's own API (the generating requests).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from loadgen.client.config import EngineConfig, LiveCounters
+from loadgen.client.config import EngineConfig, LiveCounters, Route
 from loadgen.client.fingerprint import Traffic, first_request, later_request
 from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, not_sent
 from loadgen.client.protocol.tallies import Tally, new_tally
+from loadgen.client.protocol.template import Learned
 from loadgen.client.request_timer import RequestTimer
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
@@ -49,6 +55,7 @@ class Host(Protocol):
     say: Say
     traffic: Traffic
     tokenizer: Tokenizer | None
+    stage_transports: dict[str, Transport]
 
     @property
     def stopped(self) -> bool:
@@ -111,6 +118,16 @@ class SessionRuns:
         self._runs: dict[asyncio.Task[Any], _Run] = {}
         self._slots = asyncio.Semaphore(1)
         self._seq = 0
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._learned: dict[Route, Learned] = {}  # each route's content template (protocol.template)
+
+    def route(self, turn: Turn) -> Route:
+        """Where ``turn``'s request goes (worked out once per stage and API)."""
+        key = (turn.stage, turn.api)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = self.engine.cfg.route(*key)
+        return found
 
     def open(self, max_inflight: int) -> None:
         self._slots = asyncio.Semaphore(max_inflight)
@@ -187,7 +204,9 @@ class SessionRuns:
                 if engine.stopped:
                     cause = engine.stop_cause
                     break
-                conv.add_turn(turn)
+                pooled = (turn.api or engine.cfg.api) in POOLED_APIS  # a pooled stage: outside the context
+                if not pooled:
+                    conv.add_turn(turn)
                 keep = engine.cfg.keep_text or k + 1 < len(turns)
                 try:
                     rec, text, calls = await self._request(run, turn, k, conv, t_sched, keep)
@@ -196,7 +215,8 @@ class SessionRuns:
                 if rec.status != "ok":
                     cause = f"turn {k} of its session ended {rec.status}"
                     break
-                conv.add_answer(text, calls)
+                if not pooled:
+                    conv.add_answer(text, calls)
                 run.answer, run.called = text, len(calls)
                 if k + 1 < len(turns):
                     t_sched = (rec.t_done or engine.clock()) + turns[k + 1].think_ns
@@ -219,7 +239,8 @@ class SessionRuns:
             if turn.children and not (children_ran and k == first):
                 for child in turn.children:
                     self.record_unsent(child, 0, t_sched, why)
-            self._unsent(new_record(self.engine.cfg, self._next_seq(), session.session, k, turn, t_sched), why)
+            rec = new_record(self.engine.cfg, self._next_seq(), session.session, k, turn, t_sched, self.route(turn))
+            self._unsent(rec, why)
 
     # -- one request ----------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -234,11 +255,15 @@ class SessionRuns:
         engine = self.engine
         cfg, live, session = engine.cfg, engine.live, run.session
         seq = self._next_seq()
-        rec = new_record(cfg, seq, session.session, turn_no, turn, t_sched)
-        extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
+        route = self.route(turn)
+        rec = new_record(cfg, seq, session.session, turn_no, turn, t_sched, route)
+        if turn.extra is not None:  # a stage's own body (--extra-body is the generating requests')
+            extra = turn.extra
+        else:
+            extra = {**cfg.extra_body, **session.extra} if session.extra else cfg.extra_body
         body = request_body(
-            cfg.api,
-            cfg.model,
+            route.api,
+            route.model,
             conv,
             turn.max_tokens,
             ignore_eos=cfg.ignore_eos,
@@ -246,9 +271,12 @@ class SessionRuns:
             continuous_usage=cfg.continuous_usage,
             max_tokens_field=cfg.max_tokens_field,
         )
-        tally = new_tally(cfg.api, extra, keep_text=keep_text, tokenizer=engine.tokenizer)
-        if cfg.api in POOLED_APIS:
-            rec.inputs = inputs_sent(cfg.api, extra)
+        learned = self._learned.get(route)
+        if learned is None:
+            learned = self._learned[route] = Learned()
+        tally = new_tally(route.api, extra, keep_text=keep_text, tokenizer=engine.tokenizer, learned=learned)
+        if route.api in POOLED_APIS:
+            rec.inputs = inputs_sent(route.api, extra)
         ids = {"X-Loadgen-Run": cfg.run_id, SEQ_HEADER: str(seq), "X-Request-Id": f"{cfg.run_id}-{seq}"}
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
@@ -266,7 +294,7 @@ class SessionRuns:
                 live.inflight += 1
                 self.last_instant = max(self.last_instant, t_sched)
                 try:
-                    await self._exchange(rec, tally, ex)
+                    await self._exchange(rec, tally, ex, engine.stage_transports.get(turn.stage, engine.transport))
                 finally:
                     me.end()
                     live.inflight -= 1
@@ -291,12 +319,12 @@ class SessionRuns:
         self._finish(rec, tally)
         return rec, tally.text, tally.tool_calls or ()
 
-    async def _exchange(self, rec: Record, tally: Tally, ex: Exchange) -> None:
+    async def _exchange(self, rec: Record, tally: Tally, ex: Exchange, transport: Transport) -> None:
         engine = self.engine
         engine.live.sent += 1
         try:
             # the hot path is inside: each read stamped on arrival and fed to the tally
-            await engine.transport.exchange(ex, tally.feed)
+            await transport.exchange(ex, tally.feed)
             # it ended with its last byte (the last read), not after the HTTP client's cleanup
             t_end = tally.t_read if ex.status == 200 and tally.t_read else engine.clock()
             judge(rec, ex, tally, t_end, engine.say)

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from loadgen.client.config import APIS, DEFAULT_MAX_INFLIGHT, MAX_INFLIGHT, EngineConfig, Timeouts
+from loadgen.client.config import APIS, DEFAULT_MAX_INFLIGHT, MAX_INFLIGHT, TRANSPORTS, EngineConfig, Timeouts
 from loadgen.client.endpoint import endpoint_label
 from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS, EndpointOptions
+from loadgen.client.stages import StageEndpoint
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ class RunSettings:
     http: EndpointOptions = field(default_factory=EndpointOptions)
     max_tokens_field: str = "max_tokens"  # the body field of the answer's length: max_completion_tokens, or both
     preflight: bool = True  # GET /models and one tiny request before the schedule (--no-preflight: neither)
+    transport: str = "lean"  # the wire (--transport): loadgen's own HTTP/1.1, or aiohttp's client
+    # a pipeline's stages sent to services of their own (--endpoint-embed, --model-rerank, ...: client.stages)
+    stage_endpoints: dict[str, str] = field(default_factory=dict)
+    stage_models: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -126,6 +131,13 @@ class RunSettings:
             raise ConfigError(f"RunSettings.http {self.http!r}: must be an EndpointOptions")
         if self.max_tokens_field not in MAX_TOKENS_FIELDS:
             raise ConfigError(f"--max-tokens-field {self.max_tokens_field!r}: use {', '.join(MAX_TOKENS_FIELDS)}")
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(f"--transport {self.transport!r}: use {' or '.join(TRANSPORTS)}")
+        for stage, url in self.stage_endpoints.items():
+            check_url(f"--endpoint-{stage}", url, "an OpenAI base URL like http://127.0.0.1:8001/v1")
+        for stage, name in self.stage_models.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"--model-{stage} {name!r}: give a model name")
 
     def _check_load(self) -> None:
         a = self.arrival
@@ -193,9 +205,22 @@ def check_url(flag: str, url: str, expected: str) -> str:
 
 
 def engine_config(
-    settings: RunSettings, url: str, model: str, run_id: str, *, shard: int = 0, shards: int = 1
+    settings: RunSettings,
+    url: str,
+    model: str,
+    run_id: str,
+    *,
+    shard: int = 0,
+    shards: int = 1,
+    stages: tuple[str, ...] = (),
 ) -> EngineConfig:
-    """What the engine of one shard (of ``shards``) of this run is told."""
+    """What the engine of one shard (of ``shards``) of this run is told; ``stages``: the pooled
+    stages of a pipeline workload, each to its own endpoint and model, else the run's."""
+    routes = tuple(
+        StageEndpoint(s, u, settings.stage_models.get(s, model), endpoint_label(u))
+        for s in stages
+        for u in [settings.stage_endpoints.get(s, url)]
+    )
     return EngineConfig(
         url=url,
         model=model,
@@ -214,6 +239,8 @@ def engine_config(
         tokenizer=settings.tokenizer,
         http=settings.http,
         max_tokens_field=settings.max_tokens_field,
+        transport=settings.transport,
+        stages=routes,
     )
 
 
@@ -251,4 +278,5 @@ def settings_json(settings: RunSettings) -> dict[str, Any]:
     for key in ("endpoint", "server_metrics"):
         if d[key] not in (None, "auto", "off"):
             d[key] = endpoint_label(d[key])
+    d["stage_endpoints"] = {stage: endpoint_label(url) for stage, url in settings.stage_endpoints.items()}
     return d

@@ -43,7 +43,7 @@ from loadgen.lifeline import STOP, Lifelines, hold, pdeathsig_safe
 from loadgen.redaction import Secrets
 from loadgen.workload.base import Workload
 
-__all__ = ["run_sharded"]
+__all__ = ["run_sharded", "merge_health"]
 
 _READY_TIMEOUT_S = 120.0
 _EXIT_TIMEOUT_S = 10.0
@@ -164,7 +164,7 @@ def run_sharded(
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
-    return _merge(clients)
+    return merge_health(clients)
 
 
 # Counters each worker reports that add up over the workers.
@@ -205,7 +205,8 @@ def _collect(pipes: list[Connection], on_live: Callable[[int, LiveCounters], Non
     return [clients[i] for i in range(len(pipes))]
 
 
-def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_health(clients: list[dict[str, Any]]) -> dict[str, Any]:
+    """One point's client health from its shards' (``--workers N`` here, a distributed run's workers)."""
     ok = [c for c in clients if not c.get("crashed")]
     wall = max((c["wall_seconds"] for c in ok), default=0.0)
     judged = [c["cpu_utilisation"] for c in ok if "cpu_utilisation" in c]
@@ -226,6 +227,8 @@ def _merge(clients: list[dict[str, Any]]) -> dict[str, Any]:
         "drain_cut": any(c.get("drain_cut") for c in ok),
         "cut_inflight": sum(c.get("cut_inflight", 0) for c in ok),
         "fast_read": all(c.get("fast_read", True) for c in ok),  # each worker's reason is under "workers"
+        "transport": ok[0].get("transport", "") if ok else "",  # every worker is configured alike
+        "transport_fallback": ok[0].get("transport_fallback", "") if ok else "",
         "records": sum(c.get("records", 0) for c in clients),
         **{key: sum(c.get(key, 0) for c in ok) for key in _SUMMED},
         **merge_traffic(clients),

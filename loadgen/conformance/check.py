@@ -40,6 +40,7 @@ from loadgen.client.endpoint import endpoint_label, endpoint_path
 from loadgen.client.endpoint_options import EndpointOptions
 from loadgen.conformance.check_items import (
     ITEMS,
+    UNKNOWN_MODEL,
     error_shape,
     framing,
     item_case,
@@ -67,7 +68,6 @@ SHORT_PROMPTS = ("Reply with the single word done.", "Say hello and nothing else
 _MAX_STREAM = 16 << 20  # a streamed answer of a few dozen tokens is a few KiB
 _MAX_BODY = 4 << 20  # a non-streamed answer, an error, /v1/models (hundreds of models fit)
 _STALE_RETRIES = 8  # each failed try drops one dead pooled connection; a fresh one ends it
-_BAD_MODEL = "loadgen-check-no-such-model"
 _EVIDENCE = 1000  # characters of an item's evidence
 S = TypeVar("S", bound=Stream)  # a chat or completions Stream, or a ResponsesStream
 _RANK = ("fail", "inconclusive", "skip", "pass")  # of a timing item's two measurements, the better stands
@@ -334,7 +334,7 @@ class Checker:
 
     async def error_unknown_model(self) -> Case:
         b = orjson.loads(self.body("chat", "Hello.", stream=False, max_tokens=1))
-        b["model"] = _BAD_MODEL
+        b["model"] = UNKNOWN_MODEL
         return item_case(
             "error-unknown-model",
             *error_shape(await self.request("POST", endpoint_path(self.o.url, "/chat/completions"), orjson.dumps(b))),

@@ -35,6 +35,7 @@ __all__ = [
     "ITEMS",
     "RESPONSES_ITEMS",
     "LEVELS",
+    "UNKNOWN_MODEL",
     "item_case",
     "combine",
     "framing",
@@ -81,6 +82,9 @@ RESPONSES_ITEMS: dict[str, str] = {
     "responses-function-call": "a function call's argument deltas concatenated are its .done arguments",
     "responses-openai-client": "the official openai client consumes the Responses stream",
     "responses-real-streaming": "output deltas arrive spread over the answer, not in one late burst",
+    "responses-error-unknown-model": "a Responses request for an unknown model is a 4xx with an OpenAI-style "
+    "error object",
+    "responses-error-malformed-body": "a malformed JSON body to /responses is a 4xx with an OpenAI-style error object",
 }
 
 # What a nonconformance of each item costs (see the module): "fail" breaks measurement or honesty.
@@ -102,6 +106,8 @@ _FAIL_LEVEL = (
     "responses-openai-client",
     "responses-real-streaming",
 )
+UNKNOWN_MODEL = "loadgen-check-no-such-model"  # the model the error items ask for
+
 LEVELS: dict[str, str] = {k: "fail" if k in _FAIL_LEVEL else "warn" for k in {**ITEMS, **RESPONSES_ITEMS}}
 
 

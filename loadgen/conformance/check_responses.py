@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 from loadgen.client.endpoint import endpoint_path
 from loadgen.client.endpoint_options import EndpointOptions
-from loadgen.conformance.check_items import RESPONSES_ITEMS, item_case, real_streaming
+from loadgen.conformance.check_items import RESPONSES_ITEMS, UNKNOWN_MODEL, error_shape, item_case, real_streaming
 from loadgen.conformance.check_tokens import max_tokens, usage_matches
 from loadgen.conformance.ci_outputs import Case
 from loadgen.conformance.exchange import Stream, Wire
@@ -138,8 +138,22 @@ async def responses_battery(c: Battery, prompt: str) -> list[Case]:
             "responses-real-streaming", lambda: c._timing("responses-real-streaming", real_streaming(a), again)
         )
     )
+    cases += await _errors(c)
     order = list(RESPONSES_ITEMS)
     return sorted(cases, key=lambda k: order.index(k.name))
+
+
+async def _errors(c: Battery) -> list[Case]:
+    """The error shapes of ``/responses``: an unknown model, a body that is not JSON (the openai
+    client raises its typed errors from the same ``{"error": {...}}`` object as for chat)."""
+    url = endpoint_path(c.o.url, "/responses")
+    unknown = responses_body(UNKNOWN_MODEL, "Hello.", 1)
+    cut = responses_body(c.model, "hi", 1)[:-2]  # the same body, its closing brackets cut off
+    bad_model, malformed = await asyncio.gather(c.request("POST", url, unknown), c.request("POST", url, cut))
+    return [
+        c.case("responses-error-unknown-model", *error_shape(bad_model)),
+        c.case("responses-error-malformed-body", *error_shape(malformed)),
+    ]
 
 
 def _function_call(f: ResponsesStream) -> tuple[str, str]:

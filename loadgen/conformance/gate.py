@@ -43,6 +43,7 @@ from loadgen.conformance.samples import Point, load_points, select
 from loadgen.conformance.slo import Criterion, Profile
 from loadgen.errors import ConfigError
 from loadgen.redaction import Secrets
+from loadgen.workload.pooled import POOLED_APIS
 
 __all__ = [
     "EXIT_PASS",
@@ -58,6 +59,8 @@ __all__ = [
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 _NAN = math.nan
+# what only a streamed answer has: undefined for an embeddings or rerank run
+TOKEN_METRICS = ("ttft", "ttft_sent", "tpot", "itl", "icl", "per_user_tps", "output_tps")
 
 
 def exit_code(status: str, inconclusive: str | None = None) -> int:
@@ -200,14 +203,21 @@ class Judgement(NamedTuple):
     reason: str
 
 
-def judge(profile: Profile, points: list[Point], run_dir: Path) -> list[Judgement]:
-    """A judgement for every criterion and every point it applies to."""
+def judge(profile: Profile, points: list[Point], run_dir: Path, tokenless: str = "") -> list[Judgement]:
+    """A judgement for every criterion and every point it applies to; ``tokenless``: the API of a
+    run whose answers stream no tokens (embeddings, rerank), for which the token metrics are
+    undefined (inconclusive, and said so)."""
     out = []
     for c in profile.criteria:
         for p in select(points, c, run_dir):
             m = measure(c, p, profile.confidence)
             status = verdict(m, c.op, c.bound)
             reason = _reason(status, m, c)
+            if tokenless and c.metric in TOKEN_METRICS and m.n == 0:
+                reason = (
+                    f"undefined for an {tokenless} run: its answers stream no tokens (judge it by e2e, "
+                    "success_rate and throughput: a profile without token criteria)"
+                )
             short = _too_short(profile, p) if status == "pass" else None
             if short:
                 status, reason = "inconclusive", f"would pass ({reason}), but {short}"
@@ -229,7 +239,8 @@ def gate_run(
     into a run's error texts)."""
     run_dir, notes = Path(run_dir), []
     meta, points = load_points(run_dir, profile.slo)
-    results = judge(profile, points, run_dir)
+    api = str((meta.get("settings") or {}).get("api", ""))
+    results = judge(profile, points, run_dir, tokenless=api if api in POOLED_APIS else "")
     valid = _validities(meta, points)
     cases = [
         _suspect_case(_case(c, p, "slo", status, m, reason, c.limit), valid[p.index], "the run")

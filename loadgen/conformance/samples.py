@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from loadgen.analysis.columns import Cols, Floats, Ints, Latencies, Mask, int_column, itl_icl
 from loadgen.analysis.metrics import SLO, Summary, summarize
+from loadgen.analysis.pipeline import pipeline_view
 from loadgen.analysis.points import point_window
 from loadgen.analysis.window import Window
 from loadgen.errors import ConfigError
@@ -190,10 +191,12 @@ def load_points(run_dir: Path, slo: SLO | None = None) -> tuple[dict[str, Any], 
 
     A sweep's ``run.json`` lists ``points``; each may give its settings (arrival,
     warm-up, cool-down) under ``settings`` or flat, and its index as ``index`` or
-    ``point`` (else its position). Records are split by their ``point`` column.
+    ``point`` (else its position). Records are split by their ``point`` column. A pipeline
+    run's requests are its user requests (``analysis.pipeline.pipeline_view``), as the reports
+    count them.
     """
     meta = read_run_meta(run_dir)
-    table = read_records(run_dir)  # a missing or corrupt file is a SpecError/ConfigError already
+    table = pipeline_view(read_records(run_dir))  # a missing or corrupt file: a SpecError/ConfigError already
     entries = _point_entries(meta)
     multi = len(entries) > 1
     return meta, [_point(entry, i, table, multi, slo) for i, entry in enumerate(entries)]

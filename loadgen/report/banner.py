@@ -1,5 +1,6 @@
 """What a reader must know before any figure: the run was interrupted, or its figures are suspect.
 
+A run made in virtual time (``--sim-virtual``) says so first of all (``virtual_line``).
 ``loadgen report`` prints these lines first on the terminal and report.html shows them
 at the top of the page, above the headline cards: an interrupted run (run.json ``state``,
 ``analysis.validity.interruption``) and a suspect run or load point (its ``Validity``:
@@ -10,10 +11,11 @@ result. The lines are plain text; the HTML view escapes them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from loadgen.analysis.validity import Validity
 
-__all__ = ["banner_lines"]
+__all__ = ["banner_lines", "virtual_line"]
 
 
 def banner_lines(
@@ -57,3 +59,13 @@ def _point_lines(bad: Sequence[tuple[str, Validity]]) -> list[str]:
             "each verdict's own sample rule decides what they can show"
         )
     return out
+
+
+def virtual_line(meta: dict[str, Any]) -> str | None:
+    """The first line of a run made in virtual time (``--sim-virtual``): its figures are the
+    simulated engine's model, not a measurement of anything."""
+    v = meta.get("virtual")
+    if not isinstance(v, dict):
+        return None
+    note = str(v.get("note") or "no server and no client ran")
+    return f"VIRTUAL TIME: {note.removeprefix('virtual time: ')}"

@@ -10,7 +10,7 @@ requests. Each draws from plain numbers and returns a ``Figure``, styled by
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,20 +33,35 @@ __all__ = ["cdf_chart", "timeseries_chart", "server_chart", "errors_chart"]
 _MAX_LINE_POINTS = 400
 
 
-def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """At most _MAX_LINE_POINTS steps of the empirical CDF (quantiles on a fixed grid)."""
-    v = np.sort(np.asarray(values, dtype=float))
-    n = v.size
+# a sample too large to sort for a chart: (how many values are drawn, their values at given 0-based ranks)
+CdfSteps = tuple[int, Callable[[np.ndarray], np.ndarray]]
+
+
+def _ecdf_ranks(n: int) -> np.ndarray:
+    """The 0-based ranks of the at most _MAX_LINE_POINTS steps drawn of n sorted values."""
     if n <= _MAX_LINE_POINTS:
-        return v, np.arange(1, n + 1) / n
+        return np.arange(n)
     q = np.unique(np.concatenate([np.linspace(0, 1, _MAX_LINE_POINTS - 20), 1 - np.logspace(-4, -1, 20)]))
-    idx = np.clip(np.ceil(q * n).astype(int) - 1, 0, n - 1)
-    return v[idx], (idx + 1) / n
+    ranks: np.ndarray = np.clip(np.ceil(q * n).astype(int) - 1, 0, n - 1)
+    return ranks
+
+
+def _ecdf(values: np.ndarray | CdfSteps) -> tuple[np.ndarray, np.ndarray, int]:
+    """At most _MAX_LINE_POINTS steps of the empirical CDF of the finite values > 0 (quantiles on a
+    fixed grid), and how many values there are."""
+    if isinstance(values, tuple):
+        n, at = values
+        idx = _ecdf_ranks(n)
+        return (at(idx) if n else np.zeros(0)), (idx + 1) / max(n, 1), n
+    v = np.asarray(values, dtype=float)
+    v = np.sort(v[np.isfinite(v) & (v > 0)])
+    idx = _ecdf_ranks(v.size)
+    return v[idx], (idx + 1) / max(v.size, 1), v.size
 
 
 @styled
 def cdf_chart(
-    samples: dict[str, np.ndarray],
+    samples: Mapping[str, np.ndarray | CdfSteps],
     *,
     x_label: str,
     bound: float | None = None,
@@ -61,18 +76,16 @@ def cdf_chart(
     ax = new_axes(fig)
     drawn = False
     for i, (name, vals) in enumerate(samples.items()):
-        v = np.asarray(vals, dtype=float)
-        v = v[np.isfinite(v) & (v > 0)]
+        xs, ys, size = _ecdf(vals)
         k = (censored or {}).get(name, 0)
-        if v.size == 0 and not k:
+        if size == 0 and not k:
             continue
         drawn = True
-        label = f"{name} (n={v.size + k:,}" + (f"; {k:,} censored)" if k else ")")  # the caption: not drawn
-        if v.size == 0:
+        label = f"{name} (n={size + k:,}" + (f"; {k:,} censored)" if k else ")")  # the caption: not drawn
+        if size == 0:
             ax.plot([], [], color=COLORS[i % len(COLORS)], lw=1.2, label=label)
             continue
-        xs, ys = _ecdf(v)
-        ax.step(xs, ys * v.size / (v.size + k), where="post", color=COLORS[i % len(COLORS)], lw=1.2, label=label)
+        ax.step(xs, ys * size / (size + k), where="post", color=COLORS[i % len(COLORS)], lw=1.2, label=label)
     if not drawn:
         empty(ax, "no samples")
         return fig

@@ -20,7 +20,7 @@ from typing import Any
 
 from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
 from loadgen.analysis.validity import FIRST_CODES
-from loadgen.report.banner import banner_lines
+from loadgen.report.banner import banner_lines, virtual_line
 from loadgen.report.chart_style import to_png, to_svg
 from loadgen.report.html_charts import (
     cdf_figure,
@@ -151,7 +151,11 @@ def _header(a: RunAnalysis) -> str:
 def report_banner(a: RunAnalysis) -> list[str]:
     """The lines said before any figure: interrupted, suspect (``banner.banner_lines``)."""
     points = [(p.short_label, p.validity) for p in a.points]
-    return banner_lines(a.interruption, a.validity, points, "sweep" if a.is_sweep else "run")
+    virtual = virtual_line(a.meta)
+    return [
+        *([virtual] if virtual else []),
+        *banner_lines(a.interruption, a.validity, points, "sweep" if a.is_sweep else "run"),
+    ]
 
 
 def _banner(a: RunAnalysis) -> str:

@@ -9,6 +9,7 @@ bounds) and returns the ``Figure``; ``html`` places them on the page.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +19,7 @@ from matplotlib.figure import Figure
 from loadgen.analysis.metrics import latency_samples
 from loadgen.analysis.points import PointFigures, RunAnalysis
 from loadgen.analysis.stats import Dist
-from loadgen.analysis.timeseries import timeseries
+from loadgen.analysis.timeseries import chart_interval, timeseries
 from loadgen.records import load_server_metrics
 from loadgen.report.charts import Series, goodput_chart, latency_chart, pareto_chart
 from loadgen.report.detail_charts import cdf_chart, errors_chart, server_chart, timeseries_chart
@@ -128,7 +129,7 @@ def cdf_figure(a: RunAnalysis, which: str) -> Figure:
         sub = a.table.filter(pc.equal(a.table.column("point"), pa.scalar(p.index))) if a.is_sweep else a.table
         got = latency_samples(sub, p.summary.window)
         name = p.short_label or f"point {p.index}"
-        samples[name] = got[which]
+        samples[name] = (got.positive_count(which), partial(got.positive_at, which))  # ranks, never a sort
         censored[name] = int(got["ttft_censored"].size) if which == "ttft" else 0
     bound = None
     if a.slo is not None:
@@ -142,8 +143,7 @@ def timeseries_figure(a: RunAnalysis) -> Figure:
     if t.num_rows == 0:
         return timeseries_chart([])
     t0 = int(pc.min(t.column("t_sched")).as_py())
-    t1 = int(pc.max(t.column("t_sched")).as_py())
-    interval = max(1.0, (t1 - t0) / 1e9 / 300)
+    interval = chart_interval(t)  # the interval the summary's pass already binned
     marks = []
     if a.is_sweep:
         for p in a.points:

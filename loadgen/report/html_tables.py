@@ -23,6 +23,7 @@ from loadgen.analysis.pooled import PooledFigures, pooled_figures
 from loadgen.analysis.stream_shape import itl_approximate, source_shares_text
 from loadgen.analysis.tool_use import ToolUse, tool_use
 from loadgen.report.markup import esc, fmt, fmt_ci, pct_html
+from loadgen.report.pipeline_view import STAGES_CAPTION, stage_columns
 from loadgen.workload.pooled import POOLED_APIS
 
 __all__ = ["points_section", "LATENCY_CAPTION", "HEALTH_CAPTION", "TOOLS_CAPTION"]
@@ -282,6 +283,8 @@ def points_section(a: RunAnalysis) -> str:
         blocks.append(("Tool calls", TOOLS_CAPTION, _table(a, tools, "points-tools")))
     if (pooled := _pooled(a)) is not None:
         blocks.append(("Inputs", POOLED_CAPTION, _table(a, pooled, "points-pooled")))
+    if (stages := stage_columns(a.points)) is not None:
+        blocks.append(("Pipeline stages (ms)", STAGES_CAPTION, _table(a, stages, "points-stages")))
     if (health := _health(a)) is not None:
         blocks.append(("Client health", HEALTH_CAPTION, _table(a, health, "points-client")))
     body = "".join(

@@ -228,5 +228,6 @@ def render_sweep(run_dir: Path, **options: Any) -> SweepReport:
     a = analyze_run(Path(run_dir), **options)
     write_json(Path(run_dir) / "summary.json", analysis_json(a))
     # in_window and the figures' own columns in records.parquet, per point, for one-line queries
-    annotate_run(Path(run_dir), {p.index: p.summary.window for p in a.points}, table=a.table)
+    records = a.records if a.records is not None else a.table  # per request as written
+    annotate_run(Path(run_dir), {p.index: p.summary.window for p in a.points}, table=records)
     return SweepReport(a, write_report(Path(run_dir), analysis=a))

@@ -26,7 +26,8 @@ from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.stream_shape import token_source_text
 from loadgen.analysis.tool_use import ToolUse
-from loadgen.report.banner import banner_lines
+from loadgen.report.banner import banner_lines, virtual_line
+from loadgen.report.pipeline_view import pipeline_line, stage_lines, stage_table
 from loadgen.report.request_terms import request_terms
 
 __all__ = [
@@ -45,7 +46,7 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
     """The run's header, latency and throughput tables, and its warnings."""
     console = console or Console()
     s = report.summary
-    for line in banner_lines(report.interruption, report.validity):
+    for line in [*filter(None, [virtual_line(report.meta)]), *banner_lines(report.interruption, report.validity)]:
         console.print(Text(line, style="bold red"))
     console.print(header_text(report.meta, s))
     console.print(latency_table(s))
@@ -58,6 +59,10 @@ def print_run(report: RunReport, console: Console | None = None) -> None:
         console.print(Text(line))
     if line := pooled_line(report.pooled):
         console.print(Text(line))
+    if report.pipeline is not None:  # a pipeline run: where the user requests' time went
+        console.print(stage_table(report.pipeline))
+        for line in [pipeline_line(report.pipeline), *stage_lines(report.pipeline)]:
+            console.print(Text(line))
     if report.sessions is not None and report.sessions.multi_turn:
         for line in report.sessions.lines():
             console.print(line)

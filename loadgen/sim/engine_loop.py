@@ -2,7 +2,8 @@
 
 This is the only part of the engine with a clock and an event loop, and the part that is
 timing-sensitive, so it stands apart from what a step computes (``scheduler.py``) and costs
-(``step_cost.py``). ``EngineLoop._loop`` plans each step with the scheduler, waits for the step's
+(``step_cost.py``). ``EngineLoop._loop`` plans each step with the scheduler (``step_at``, which the
+virtual-time loop in ``sim/virtual/`` runs too), waits for the step's
 absolute end on the model clock (so wake-up jitter never accumulates), writes the step's prepared
 tokens first thing at that instant, then does the step's bookkeeping and counts lateness.
 ``headroom`` lets the server's front-end work (request handling) run in the gaps between steps.
@@ -21,7 +22,8 @@ from collections.abc import Awaitable, Callable
 
 from loadgen.clock import sleep_until
 from loadgen.sim.model import COALESCE_NS, Clock
-from loadgen.sim.scheduler import BatchScheduler, StepPlan
+from loadgen.sim.scheduler import BatchScheduler
+from loadgen.sim.sequences import StepPlan
 
 __all__ = ["EngineLoop"]
 
@@ -88,6 +90,8 @@ class EngineLoop(BatchScheduler):
 
     # ---- TimingModel --------------------------------------------------------------------
     async def start(self) -> None:
+        if self._dset is not None:
+            raise RuntimeError("bulk decode is for virtual time: a real-time engine emits every token at its step")
         if self._task is None:
             _fine_timer_slack()  # this thread runs the engine loop
             self._stepped.clear()
@@ -151,16 +155,28 @@ class EngineLoop(BatchScheduler):
         return self._last_late_ns > self.late_threshold_ns
 
     # ---- the engine ---------------------------------------------------------------------
+    def step_at(self, start: int) -> tuple[StepPlan, int] | None:
+        """The step that starts at ``start`` on the model clock and the instant it ends, or None
+        when there is nothing to run: the per-step logic this loop and the virtual-time one
+        (``sim/virtual/loop.py``) share. The step's end is then applied with ``_complete``."""
+        plan = self._schedule(start)
+        return None if plan is None else (plan, start + int(plan.seconds * 1e9))
+
+    def finish_at(self, plan: StepPlan, end: int) -> None:
+        """Apply a step at its end in virtual time: its tokens stamped ``end`` (no clock), never late."""
+        self._complete(plan, end)
+        self._count_lateness(0)
+
     async def _loop(self) -> None:
         yielded = self.clock()
         while True:
             start = self._next_start()
-            plan = None if start is None else self._schedule(start)
-            if start is None or plan is None:
+            step = None if start is None else self.step_at(start)
+            if step is None:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            end = start + int(plan.seconds * 1e9)
+            plan, end = step
             self._next_end, self._slack_left = end, _FRONTEND_SLACK_NS
             now = self.clock()
             writes: list[Callable[[], None]] = []

@@ -55,6 +55,7 @@ class SimRequest:
     prefill_start_ns: int | None = None
     prefill_end_ns: int | None = None
     cached_tokens: int = 0
+    kv_ready: int = 0  # tokens whose KV is already on this engine (sent by a prefill pool): not computed
     preemptions: int = 0
     finished: bool = False
     cancelled: bool = False

@@ -134,19 +134,32 @@ class PrefixCache:
         self._lru.pop(h, None)
         self._ref[h] = 1
 
+    def commit_many(self, hashes: Sequence[int]) -> None:
+        """``commit`` of each of ``hashes`` in order (a prefill chunk's newly full prompt blocks)."""
+        ref, lru = self._ref, self._lru
+        self._anon -= len(hashes)
+        for h in hashes:
+            r = ref.get(h)
+            if r is None:
+                lru.pop(h, None)
+                ref[h] = 1
+            else:
+                ref[h] = r + 1
+
     def release(self, hashes: Sequence[int]) -> None:
         """Drop one reference on each of ``hashes`` (a sequence's cached blocks, in order).
 
         Blocks whose count reaches zero join the LRU list in REVERSE order, so a prompt's
         tail is evicted before its head: the head is the part other prompts share.
         """
+        ref, lru = self._ref, self._lru
         for h in reversed(hashes):
-            r = self._ref[h] - 1
+            r = ref[h] - 1
             if r:
-                self._ref[h] = r
+                ref[h] = r
             else:
-                del self._ref[h]
-                self._lru[h] = None
+                del ref[h]
+                lru[h] = None
 
     def reset(self) -> int:
         """Forget every free cached block (like vLLM's ``/reset_prefix_cache``); return count.

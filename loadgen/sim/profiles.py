@@ -66,6 +66,8 @@ class GpuProfile:
     fp4_tflops: float | None
     interconnect_gb_s: float
     allreduce_latency_us: float
+    tdp_w: float | None = None  # board power at full load (the vendor's maximum), for tokens per MW
+    status: str = "shipping"  # "announced": figures the vendor has announced, not yet a datasheet's
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
 
@@ -129,8 +131,24 @@ class ModelProfile:
     moe: MoE | None = None
     mla: MLA | None = None
     sliding_window: SlidingWindow | None = None
+    # Parameters a decode token goes through, where they differ from a prefill token's
+    # (``params_active_b``): an MoE that routes decode tokens to more experts than prefill ones.
+    params_active_decode_b: float | None = None
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+
+    @property
+    def active_decode_b(self) -> float:
+        """Active parameters (billions) of a decode token."""
+        return self.params_active_b if self.params_active_decode_b is None else self.params_active_decode_b
+
+    @property
+    def experts_per_token_decode(self) -> float:
+        """Routed experts a decode token reads (may be fractional: an average over layers)."""
+        if self.moe is None:
+            return 0.0
+        extra = (self.active_decode_b - self.params_active_b) * 1e9 / self.expert_params
+        return self.moe.experts_per_token + extra
 
     @property
     def expert_params(self) -> float:
@@ -248,9 +266,33 @@ def parse_gpu(data: Any, where: str) -> GpuProfile:
         fp4_tflops=_number(where, d, "fp4_tflops", optional=True),
         interconnect_gb_s=_number(where, d, "interconnect_gb_s"),
         allreduce_latency_us=_number(where, d, "allreduce_latency_us"),
+        tdp_w=_number(where, d, "tdp_w", optional=True),
+        status=_status(where, d),
         aliases=_strings(where, d, "aliases"),
         sources=_strings(where, d, "sources"),
     )
+
+
+def _status(where: str, d: dict[str, Any]) -> str:
+    v = d.get("status", "shipping")
+    if v not in ("shipping", "announced"):
+        raise _fail(where, "status", f"{v!r} not one of shipping, announced")
+    return str(v)
+
+
+def _decode_active(where: str, d: dict[str, Any], total: float, active: float, moe: MoE | None) -> float | None:
+    dec = _number(where, d, "params_active_decode_b", optional=True)
+    if dec is None:
+        return None
+    if moe is None:
+        raise _fail(where, "params_active_decode_b", "only an MoE model routes decode tokens differently")
+    if dec > total:
+        raise _fail(where, "params_active_decode_b", f"{dec} exceeds params_total_b {total}")
+    expert = (total - active) / (moe.experts - moe.experts_per_token)
+    k_dec = moe.experts_per_token + (dec - active) / expert
+    if not 0 < k_dec <= moe.experts:
+        raise _fail(where, "params_active_decode_b", f"implies {k_dec:.2f} experts per decode token of {moe.experts}")
+    return float(dec)
 
 
 def parse_model(data: Any, where: str) -> ModelProfile:
@@ -286,6 +328,7 @@ def parse_model(data: Any, where: str) -> ModelProfile:
         moe=moe,
         mla=mla,
         sliding_window=sw,
+        params_active_decode_b=_decode_active(where, d, total, active, moe),
         aliases=_strings(where, d, "aliases"),
         sources=_strings(where, d, "sources"),
         **ints,

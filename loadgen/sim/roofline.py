@@ -38,7 +38,7 @@ from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.profiles import GpuProfile, ModelProfile
 from loadgen.sim.profiles import gpu as load_gpu
 from loadgen.sim.profiles import model as load_model
-from loadgen.sim.scheduler import Seq
+from loadgen.sim.sequences import Seq
 
 __all__ = ["RooflineModel", "offline_throughput"]
 
@@ -71,6 +71,13 @@ class RooflineModel(EngineLoop):
         mfu: float = 0.5,
         mbu: float = 0.8,
         step_overhead_s: float = 0.0005,
+        layer_floor_s: float = 15e-6,
+        moe_layer_floor_s: float = 80e-6,
+        admission: str = "vllm",
+        kv_watermark: float = 0.0,
+        spec_tokens: int = 0,
+        spec_acceptance: float = 0.0,
+        spec_draft_cost: float = 0.0,
         block_size: int = 16,
         weight_dtype: str | None = None,
         kv_dtype: str = "bf16",
@@ -86,6 +93,9 @@ class RooflineModel(EngineLoop):
         self.tp, self.max_num_seqs, self.max_batch_tokens = tp, max_num_seqs, max_batch_tokens
         self.kv_util, self.mfu, self.mbu, self.block_size = kv_util, mfu, mbu, block_size
         self.step_overhead_s = step_overhead_s
+        self.layer_floor_s, self.moe_layer_floor_s = layer_floor_s, moe_layer_floor_s
+        self.admission, self.kv_watermark = admission, kv_watermark
+        self.spec_tokens, self.spec_acceptance, self.spec_draft_cost = spec_tokens, spec_acceptance, spec_draft_cost
         self.prefix_caching = prefix_cache
         self.clock = clock
         self._wait_until = wait_until or self._sleep_to
@@ -109,7 +119,7 @@ class RooflineModel(EngineLoop):
         self._frontend_wait_ns = 0
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
-        self._c = dict.fromkeys(("prompt", "gen", "ok", "preempt", "queries", "hits", "late", "steps"), 0)
+        self._c = dict.fromkeys(("prompt", "gen", "ok", "preempt", "recomputed", "queries", "hits", "late", "steps"), 0)
         self._max_late_ns = self._last_late_ns = 0
 
     def stats(self) -> dict[str, float]:
@@ -123,6 +133,7 @@ class RooflineModel(EngineLoop):
             "prompt_tokens_total": c["prompt"],
             "generation_tokens_total": c["gen"],
             "num_preemptions_total": c["preempt"],
+            "recomputed_tokens_total": c["recomputed"],
             "request_success_total": c["ok"],
             "late_steps_total": c["late"],
             "steps_total": c["steps"],
@@ -141,8 +152,13 @@ def offline_throughput(
     **options: Any,
 ) -> dict[str, float]:
     """Simulate an offline benchmark (all requests queued at t=0, like ``trtllm-bench
-    throughput``) in virtual time; return output tok/s (total and per GPU), mean TTFT/ITL."""
-    options.setdefault("prefix_cache", False)  # benchmark prompts are random tokens
+    throughput``) in virtual time; return output tok/s (total and per GPU), mean TTFT/ITL.
+
+    The prompts share no block (request i is token i repeated), so the prefix cache only gives a
+    preempted request its own blocks back, as vLLM V1's does (it caches by default): with it off,
+    Llama-3.1-8B at 20000/2000 on H100 thrashes (4,003 preemptions, 555 tok/s against 1,185 with
+    it on). ``admission="reserve"`` models TensorRT-LLM's scheduler (docs/simulator.md section 6)."""
+    options.setdefault("prefix_cache", True)
     sim = RooflineModel(gpu, model, **options)
     reqs = [SimRequest(str(i), [i] * input_tokens, output_tokens, 0) for i in range(num_requests)]
     for r in reqs:

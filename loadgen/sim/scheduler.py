@@ -6,65 +6,39 @@ virtual time for tests, docs and offline estimates. ``_schedule`` plans a step t
 scheduler does (running sequences first, chunked prefills within the token budget, new requests
 FCFS while KV blocks last, the newest preempted when they run out); ``_complete`` applies a
 finished step (KV grows, full prompt blocks enter the prefix cache, tokens are emitted).
+
+Admission has two policies (``admission``): ``vllm`` admits a request when the blocks of its first
+chunk fit (vLLM V1: KV grows on demand, and when it runs out the newest running sequence is
+preempted and later recomputed; ``kv_watermark`` keeps that share of the pool free at admission,
+as vLLM V0's block manager did with 1 %); ``reserve`` admits one only when the blocks of its whole
+sequence (prompt + max_tokens) fit and holds them from the start, so nothing is ever preempted
+(TensorRT-LLM's default capacity scheduler, GUARANTEED_NO_EVICT).
+
+In virtual time (``bulk_decode``) running sequences that only decode are kept as counts and sums
+(``decode_set.DecodeSet``) instead of being walked every step: a step is priced from their totals,
+the blocks they need that step are taken in one allocation, and one is touched only when it emits
+its last token. The walk over every running sequence is the same code as ever, and runs whenever
+the totals could differ from it: a step whose blocks do not all fit (someone is preempted) syncs
+every sequence and walks them all. Prefills are walked every step, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import zlib
 from collections import deque
-from dataclasses import dataclass, field
 
+from loadgen.sim.decode_set import SteadyDecodes, by_order
 from loadgen.sim.model import SimRequest
 from loadgen.sim.prefix_cache import block_hashes
+from loadgen.sim.sequences import Batch, Seq, StepPlan
 from loadgen.sim.step_cost import StepCost
 
-__all__ = ["BatchScheduler", "Seq", "StepPlan"]
+__all__ = ["BatchScheduler"]
 
 
-@dataclass(eq=False, slots=True)
-class Seq:
-    """A request as the engine holds it: its prompt's block hashes, its KV, its progress."""
-
-    req: SimRequest
-    prompt_len: int
-    hashes: list[int]  # chained hashes of the prompt's full blocks (empty: cache off)
-    computed: int = 0  # tokens whose KV exists
-    blocks: int = 0  # blocks held, cached + anonymous
-    cached: list[int] = field(default_factory=list)  # hashes this sequence holds refs on
-    committed: int = 0  # leading prompt blocks held as cached blocks
-    done: bool = False
-    step_tokens: int = 0  # tokens computed in the step planned last (set by _schedule)
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """One planned step: what it computes and what it costs."""
-
-    items: list[Seq]  # the sequences computed this step (each one's tokens: ``step_tokens``)
-    seconds: float
-
-
-class _Batch:
-    """A step being planned: the sequences in it, the token budget left, and the totals it is priced by."""
-
-    __slots__ = ("items", "budget", "tokens", "dec_ctx", "pre_attn", "kv")
-
-    def __init__(self, budget: int) -> None:
-        self.items: list[Seq] = []
-        self.budget = budget
-        self.tokens = self.dec_ctx = self.pre_attn = self.kv = 0
-
-    def add_prefill(self, s: Seq, n: int, c: int) -> None:
-        """``n`` prompt tokens of ``s`` after ``c`` already computed (each attends to all before it)."""
-        s.step_tokens = n
-        self.items.append(s)
-        self.budget -= n
-        self.pre_attn += n * c + n * (n + 1) // 2
-        self.tokens += n
-        self.kv += c + n
-
-
-class BatchScheduler(StepCost):
+class BatchScheduler(SteadyDecodes, StepCost):
     """Queues, KV blocks and step planning of ``RooflineModel``; step costs from ``StepCost``."""
 
     # Set by ``RooflineModel.__init__``.
@@ -86,7 +60,7 @@ class BatchScheduler(StepCost):
                 f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds max_model_len ({self.max_model_len}) tokens"
             )
         hashes = block_hashes(req.prompt_ids, self.block_size) if self.prefix_caching else []
-        s = Seq(req, max(1, p), hashes)  # an empty prompt still has a BOS token to compute
+        s = Seq(req, max(1, p), hashes, ready_ns=req.arrival_ns)  # an empty prompt still has a BOS token
         self._seqs[req] = s
         self._waiting.append(s)
         self._c["prompt"] += p
@@ -99,7 +73,11 @@ class BatchScheduler(StepCost):
             return
         s.done = True
         if s.blocks:
+            if s.steady:
+                self._settle(s)
             self._running.remove(s)
+            if self._dset is not None and s in self._slow:
+                self._slow.remove(s)
             self._free(s)
         else:
             self._waiting.remove(s)
@@ -127,7 +105,7 @@ class BatchScheduler(StepCost):
         if self._running:
             return self._t_model
         if self._waiting:
-            return max(self._t_model, self._waiting[0].req.arrival_ns)
+            return max(self._t_model, self._waiting[0].ready_ns)
         return None
 
     def _grow(self, s: Seq, n: int) -> bool:
@@ -149,21 +127,34 @@ class BatchScheduler(StepCost):
 
         Running sequences go first; new requests are admitted only in a step that preempted
         nobody (a preempted sequence is first in the queue, and must not be readmitted at once)."""
-        batch = _Batch(self.max_batch_tokens)
-        if not self._continue_running(batch):
+        batch = Batch(self.max_batch_tokens)
+        ds, steady, walked = self._dset, 0, True
+        if ds is None:
+            preempted = self._continue_running(batch)
+        else:
+            steady = self._continue_steady(batch, ds)
+            walked = steady < 0
+            preempted = self._continue_running(batch) if walked else False
+            steady = max(steady, 0)
+        if not preempted:
             self._admit(start, batch)
-        if not batch.items:
+        if not batch.items and not steady:
             return None
-        return StepPlan(batch.items, self._step_s(batch.tokens, batch.dec_ctx, batch.pre_attn, batch.kv))
+        b = batch
+        seconds = self._step_s(b.tokens, b.dec_ctx, b.pre_attn, b.kv, b.dec)
+        if self.spec_tokens and b.dec_seqs:  # the draft: spec_tokens passes, each a share of a plain decode step
+            plain = self._step_s(b.dec_seqs, b.dec_plain, 0, b.dec_plain, b.dec_seqs) - self.step_overhead_s
+            seconds += self.spec_tokens * self.spec_draft_cost * plain
+        return StepPlan(b.items, seconds, steady, walked)
 
-    def _continue_running(self, batch: _Batch) -> bool:
+    def _continue_running(self, batch: Batch) -> bool:
         """Give each running sequence its tokens this step, in order: a decode one, a prefill what the
         budget leaves after one token for every decode behind it. Returns whether any was preempted.
 
         Runs once per step over every running sequence, so it is kept tight (locals, no calls in the
         common case): a sequence asks the pool for blocks only when its tokens cross a block boundary."""
-        running, bs, items = self._running, self.block_size, batch.items
-        budget, tokens, dec_ctx, pre_attn, kv = batch.budget, 0, 0, 0, 0
+        running, bs, items, spec = self._running, self.block_size, batch.items, self.spec_tokens
+        budget, tokens, dec_ctx, pre_attn, kv, dec = batch.budget, 0, 0, 0, 0, 0
         decodes_left = 0
         for s in running:
             if s.prompt_len + s.req.emitted - s.computed == 1:
@@ -176,6 +167,8 @@ class BatchScheduler(StepCost):
             need = s.prompt_len + s.req.emitted - c
             if need == 1:
                 decodes_left -= 1
+                if spec:  # the token to decode and up to spec_tokens drafts after it, verified at once
+                    need += min(spec, s.req.max_tokens - s.req.emitted - 1)
             n = budget - decodes_left
             if need < n:
                 n = need
@@ -194,12 +187,20 @@ class BatchScheduler(StepCost):
             budget -= n
             if need == 1:
                 dec_ctx += c + 1
+                dec += 1
+            elif c == s.prompt_len + s.req.emitted - 1:  # a speculative decode: 1 + (n - 1) drafts
+                s.drafts = n - 1
+                dec_ctx += n * c + n * (n + 1) // 2
+                dec += n
+                batch.dec_seqs += 1
+                batch.dec_plain += c + 1
             else:
                 pre_attn += n * c + n * (n + 1) // 2
             tokens += n
             kv += c + n
             i += 1
         batch.budget, batch.tokens, batch.dec_ctx, batch.pre_attn, batch.kv = budget, tokens, dec_ctx, pre_attn, kv
+        batch.dec = dec
         return preempted
 
     def _make_room(self, s: Seq, n: int) -> tuple[bool, int]:
@@ -216,37 +217,62 @@ class BatchScheduler(StepCost):
                 decodes += 1
         return False, decodes
 
-    def _admit(self, start: int, batch: _Batch) -> None:
+    def _admit(self, start: int, batch: Batch) -> None:
         """Admit waiting requests that arrived by ``start``, first come first served, while the budget,
         ``max_num_seqs`` and the KV pool allow; a prefix-cache hit is KV already there. The first that
         does not fit waits, and everyone behind it (no overtaking, as in vLLM)."""
         waiting, running, pool, bs = self._waiting, self._running, self.pool, self.block_size
+        reserve = self.admission == "reserve"
+        keep = int(self.kv_watermark * pool.num_blocks)  # blocks admission leaves free
         while waiting and batch.budget > 0 and len(running) < self.max_num_seqs:
             s = waiting[0]
-            if s.req.arrival_ns > start:
+            if s.ready_ns > start:
                 break
             total = s.prompt_len + s.req.emitted
             hit, lru = pool.lookup(s.hashes, (total - 1) // bs)
             c = hit * bs
+            if s.req.kv_ready > c:  # KV that came from elsewhere (a prefill pool): nothing to compute
+                c = min(s.req.kv_ready, total - 1)
             n = min(total - c, batch.budget)
-            new = -(-(c + n) // bs) - hit
-            if new + lru > pool.num_free:
+            held = s.prompt_len + s.req.max_tokens if reserve else c + n  # tokens whose blocks it takes now
+            new = -(-held // bs) - hit
+            if new + lru + keep > pool.num_free:
                 break
             waiting.popleft()
             pool.acquire(s.hashes[:hit])
             pool.allocate(new)
+            if s.lost > c:  # readmitted after a preemption: what the cache did not keep is computed again
+                self._c["recomputed"] += s.lost - c
+            s.lost = 0
             s.cached, s.committed, s.blocks, s.computed = s.hashes[:hit], hit, hit + new, c
             self._c["queries"] += total
-            self._c["hits"] += c
+            self._c["hits"] += hit * bs
             r = s.req
             if r.queue_wait_ns is None:
                 r.queue_wait_ns = start - r.arrival_ns
                 r.prefill_start_ns = start
                 r.cached_tokens = c
+            self._admissions += 1
+            s.order = self._admissions
             running.append(s)
+            if self._dset is not None:
+                self._slow.append(s)
             batch.add_prefill(s, n, c)
 
+    def _accepted(self, s: Seq) -> int:
+        """How many of ``s``'s drafts this step accepts: each, in order, with probability
+        ``spec_acceptance`` until the first rejected (drawn from the request's own stream)."""
+        rng = s.rng
+        if rng is None:
+            rng = s.rng = random.Random(zlib.crc32(s.req.rid.encode()))
+        k, a = 0, self.spec_acceptance
+        while k < s.drafts and rng.random() < a:
+            k += 1
+        return k
+
     def _preempt(self, s: Seq) -> None:
+        s.lost = s.computed
+        s.req.kv_ready = 0  # KV that came from elsewhere is gone too: computed here when readmitted
         self._free(s)
         s.req.preemptions += 1
         self._c["preempt"] += 1
@@ -261,34 +287,51 @@ class BatchScheduler(StepCost):
         over the batch). Returns how many emitted tokens went to a sink."""
         self._t_model = end
         stamp = end if emitted_ns is None else emitted_ns
-        bs, finished, gen, sinks = self.block_size, False, 0, 0
-        for s in plan.items:
+        bs, finished, gen, sinks = self.block_size, False, plan.steady, 0
+        ds, seqs = self._dset, plan.items
+        if ds is not None:  # bulk decode: the steady decodes that end this step go in running order too
+            ds.ends.append(stamp)
+            ending = ds.finishing(len(ds.ends) - 1)
+            if ending:
+                seqs = sorted([*seqs, *ending], key=by_order)
+        for s in seqs:
             if s.done:  # cancelled during the step
                 continue
-            computed = s.computed = s.computed + s.step_tokens
-            if s.committed < len(s.hashes):
-                while s.committed < len(s.hashes) and (s.committed + 1) * bs <= computed:
-                    h = s.hashes[s.committed]
-                    self.pool.commit(h)
-                    s.cached.append(h)
-                    s.committed += 1
             r = s.req
-            if computed == s.prompt_len + r.emitted:
-                if r.prefill_end_ns is None:
-                    r.prefill_end_ns = stamp
-                if r.max_tokens > 0:
-                    gen += 1
-                    if r.sink is not None:
-                        sinks += 1
-                    r.emit(1, stamp, end)
+            if s.steady:  # its last token: all its tokens are recorded now
+                self._settle(s)
+            else:
+                extra = 0
+                if s.drafts:  # speculative: the decoded token's KV and the accepted drafts' are kept
+                    extra = self._accepted(s)
+                    s.drafts = 0
+                    computed = s.computed = s.computed + 1 + extra
                 else:
-                    r.emit(0, stamp, end)
-                if r.finished:
-                    s.done = finished = True
-                    self._free(s)
-                    self._seqs.pop(r, None)
-                    self._c["ok"] += 1
+                    computed = s.computed = s.computed + s.step_tokens
+                full = computed // bs  # prompt blocks now fully computed: into the cache, in order
+                if s.committed < full and s.committed < len(s.hashes):
+                    new = s.hashes[s.committed : full]
+                    self.pool.commit_many(new)
+                    s.cached.extend(new)
+                    s.committed += len(new)
+                if computed - extra == s.prompt_len + r.emitted:
+                    if r.prefill_end_ns is None:
+                        r.prefill_end_ns = stamp
+                    if r.max_tokens > 0:  # with accepted drafts: them, then the verifier's own next token
+                        gen += 1 + extra
+                        if r.sink is not None:
+                            sinks += 1
+                        r.emit(1 + extra, stamp, end)
+                    else:
+                        r.emit(0, stamp, end)
+            if r.finished:
+                s.done = finished = True
+                self._free(s)
+                self._seqs.pop(r, None)
+                self._c["ok"] += 1
         self._c["gen"] += gen
         if finished:
             self._running = [s for s in self._running if not s.done]
+        if ds is not None:
+            self._steady_up(plan, ds)
         return sinks

@@ -75,7 +75,7 @@ class SimServer:
         )
 
     # -- lifecycle ---------------------------------------------------------
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False) -> str:
         # Everything allocated so far (modules, aiohttp, numpy) lives as long as the server: keep it
         # out of the collector's full passes, which otherwise walk it all (tens of ms on a slow core,
         # a stall of every stream) every few thousand requests. Undone in stop(), where any garbage
@@ -87,12 +87,22 @@ class SimServer:
         # a short shutdown: answers still streaming to a client that left must not hold a stop for 60 s
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
+        # reuse_port: one of the replicas sharing a port (sim/replicas.py), the kernel spreading connections
+        site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True, reuse_port=reuse_port)
         await site.start()
         bound = self._runner.addresses[0]
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{shown}:{bound[1]}/v1"
         return self.url
+
+    async def also_listen(self, host: str, port: int = 0) -> str:
+        """Serve on another address too, after ``start`` (a replica's own, beside the port it shares); its URL."""
+        assert self._runner is not None, "start() first"
+        site = web.TCPSite(self._runner, host, port, backlog=4096)
+        await site.start()
+        bound = self._runner.addresses[-1]  # the sites' sockets in the order they started
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        return f"http://{shown}:{bound[1]}/v1"
 
     async def stop(self) -> None:
         await self.model.stop()

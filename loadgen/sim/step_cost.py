@@ -5,7 +5,12 @@ against docs/simulator.md, on its own. ``StepCost`` validates the configuration,
 per-unit costs (seconds per token, per context token, per expert's weights) and sizes the KV
 pool; ``_step_s`` then prices any step as
 
-    max(FLOPs / (peak x MFU), bytes / (HBM bandwidth x MBU)) + all-reduce + overhead
+    max(FLOPs / (peak x MFU), bytes / (HBM bandwidth x MBU), layer floor) + all-reduce + overhead
+
+The layer floor is the least a step can take however small: every layer launches and
+synchronises its kernels (``layer_floor_s`` each; an MoE layer's routing, permutation and
+grouped GEMMs add ``moe_layer_floor_s``), which is what keeps small-batch decode, and MoE
+decode above all, from running faster than engines do.
 
 It holds no queues and reads no clock: ``RooflineModel`` (``roofline.py``) sets the
 configuration and the scheduler (``scheduler.py``) asks it what each step it plans costs.
@@ -57,6 +62,13 @@ class StepCost:
     mbu: float
     block_size: int
     step_overhead_s: float
+    admission: str  # "vllm" (first chunk's blocks; preempt and recompute) | "reserve" (whole sequence)
+    kv_watermark: float  # share of the KV pool admission leaves free
+    spec_tokens: int  # speculative decoding: draft tokens verified per decode step (0: off)
+    spec_acceptance: float  # each draft token's chance to be accepted (given the ones before it were)
+    spec_draft_cost: float  # one draft pass, as a share of a plain decode step of the batch
+    layer_floor_s: float  # per layer and step: kernel launches and synchronisation
+    moe_layer_floor_s: float  # more per MoE layer: routing, token permutation, grouped GEMM launches
     prefix_caching: bool
     pool: PrefixCache  # the KV block pool, of ``_fit_blocks()`` blocks
     max_model_len: int
@@ -77,6 +89,14 @@ class StepCost:
                 raise CapacityError(f"{k} must be in (0, 1], got {getattr(self, k)}")
         if self.block_size < 1 or self.max_num_seqs < 1 or self.step_overhead_s < 0:
             raise CapacityError("block_size, max_num_seqs must be >= 1; step_overhead_s >= 0")
+        if self.layer_floor_s < 0 or self.moe_layer_floor_s < 0:
+            raise CapacityError("layer_floor_s and moe_layer_floor_s must be >= 0")
+        if self.admission not in ("vllm", "reserve"):
+            raise CapacityError(f"admission {self.admission!r}: use vllm or reserve")
+        if self.spec_tokens < 0 or not 0 <= self.spec_acceptance <= 1 or self.spec_draft_cost < 0:
+            raise CapacityError("spec_tokens >= 0, spec_acceptance in [0, 1], spec_draft_cost >= 0")
+        if not 0 <= self.kv_watermark < 1:
+            raise CapacityError(f"kv_watermark must be in [0, 1), got {self.kv_watermark}")
 
     def _constants(self) -> None:
         """Precompute per-unit costs (seconds per token, per context token) for the hot path."""
@@ -102,6 +122,8 @@ class StepCost:
         self._lin = (
             2 * m.params_active_b * 1e9 / tp / peak_w + 4 * m.num_heads * m.head_dim * swl * window / tp / peak_a
         )
+        # a decode token may go through other weights than a prefill token (params_active_decode_b)
+        self._lin_dec_extra = 2 * (m.active_decode_b - m.params_active_b) * 1e9 / tp / peak_w
         self._att_dec = att_dec * full / tp / peak_a
         self._att_pre = att_pre * full / tp / peak_a
         self._kv = self.kv_bytes_per_token / bw
@@ -110,6 +132,8 @@ class StepCost:
         self._w_exp = m.expert_params * wb / tp / bw
         self._experts = m.moe.experts if m.moe else 0
         self._miss = 1 - m.moe.experts_per_token / m.moe.experts if m.moe else 1.0
+        self._miss_dec = 1 - m.experts_per_token_decode / m.moe.experts if m.moe else 1.0
+        self._floor = m.layers * (self.layer_floor_s + (self.moe_layer_floor_s if m.moe else 0.0))
         collectives = 2 * m.layers if tp > 1 else 0  # after attention and after the MLP
         self._comm0 = collectives * g.allreduce_latency_us * 1e-6
         self._comm1 = collectives * 2 * (tp - 1) / tp * m.hidden_size * ACT_BYTES / (g.interconnect_gb_s * 1e9)
@@ -135,31 +159,38 @@ class StepCost:
         return int(free // per_block)
 
     # ---- the roofline -------------------------------------------------------------------
-    def _step_s(self, tokens: int, dec_ctx: int, pre_attn: int, kv_tokens: int) -> float:
+    def _step_s(self, tokens: int, dec_ctx: int, pre_attn: int, kv_tokens: int, dec_tokens: int = 0) -> float:
         """One step's seconds.
 
         tokens: tokens computed (decodes + prefill chunks); dec_ctx: sum over decode
         tokens of the context they attend to; pre_attn: the same sum for prefill tokens;
-        kv_tokens: KV-cache tokens read or written (full-attention layers).
+        kv_tokens: KV-cache tokens read or written (full-attention layers); dec_tokens: how
+        many of ``tokens`` are decodes (they matter only where decode's active parameters differ).
         """
-        compute = tokens * self._lin + dec_ctx * self._att_dec + pre_attn * self._att_pre
+        compute = tokens * self._lin + dec_tokens * self._lin_dec_extra + dec_ctx * self._att_dec
+        compute += pre_attn * self._att_pre
         weights = self._w_dense
         if self._experts:  # expected distinct experts hit by `tokens` uniform top-k picks
-            weights += self._w_exp * self._experts * (1.0 - self._miss**tokens)
+            miss = self._miss ** (tokens - dec_tokens) * self._miss_dec**dec_tokens
+            weights += self._w_exp * self._experts * (1.0 - miss)
         memory = weights + kv_tokens * self._kv + tokens * self._swa_mem
-        return max(compute, memory) + self._comm0 + tokens * self._comm1 + self.step_overhead_s
+        roof = compute if compute > memory else memory
+        if roof < self._floor:
+            roof = self._floor
+        return roof + self._comm0 + tokens * self._comm1 + self.step_overhead_s
 
     def step_time_s(self, decode_contexts: list[int], prefill_tokens: int = 0, prefill_context: int = 0) -> float:
         """Seconds for one step: decodes at these contexts (tokens already cached) plus one
         prefill chunk of ``prefill_tokens`` following ``prefill_context`` cached tokens."""
         n, c = prefill_tokens, prefill_context
         dec = sum(decode_contexts) + len(decode_contexts)
-        return self._step_s(len(decode_contexts) + n, dec, n * c + n * (n + 1) // 2, dec + (c + n if n else 0))
+        b = len(decode_contexts)
+        return self._step_s(b + n, dec, n * c + n * (n + 1) // 2, dec + (c + n if n else 0), b)
 
     def decode_step_s(self, batch: int, context: int) -> float:
         """Seconds for a step of ``batch`` decodes, each after ``context`` cached tokens."""
         ctx = batch * (context + 1)
-        return self._step_s(batch, ctx, 0, ctx)
+        return self._step_s(batch, ctx, 0, ctx, batch)
 
     def prefill_time_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """Seconds to prefill one prompt alone on an idle engine (zero-load TTFT)."""
@@ -194,7 +225,7 @@ class StepCost:
         extra, c, left = 0.0, 0, max(1, input_tokens)
         while left > 0:
             n = min(left, max(1, self.max_batch_tokens - b))
-            extra += self._step_s(b + n, dec, n * c + n * (n + 1) // 2, dec + c + n) - t_dec
+            extra += self._step_s(b + n, dec, n * c + n * (n + 1) // 2, dec + c + n, b) - t_dec
             c, left = c + n, left - n
         out = max(1, output_tokens)
         cycle = out * t_dec + b * extra
@@ -217,6 +248,11 @@ class StepCost:
             "mfu": self.mfu,
             "mbu": self.mbu,
             "step_overhead_s": self.step_overhead_s,
+            "layer_floor_s": self.layer_floor_s,
+            "admission": self.admission,
+            "spec_tokens": self.spec_tokens,
+            "spec_acceptance": self.spec_acceptance,
+            "moe_layer_floor_s": self.moe_layer_floor_s,
             "prefix_cache": self.prefix_caching,
             "block_size": self.block_size,
         }

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from loadgen.analysis.metrics import SLO, Summary, summarize
+from loadgen.analysis.pipeline import pipeline_view
 from loadgen.analysis.points import PointJson, point_window, slo_to_json
 from loadgen.analysis.saturation import Observation, observe
 from loadgen.analysis.validity import Caveat, Validity, point_caveats
@@ -203,6 +204,7 @@ def run_sweep(
     on_engine: Callable[[Engine], None] | None = None,
     force: bool = False,
     on_live: Callable[[int, LiveCounters], None] | None = None,
+    point_sender: Callable[..., dict[str, Any]] | None = None,
 ) -> SweepResult:
     """Send every point of the plan (or of the search), then compact the records.
 
@@ -216,7 +218,7 @@ def run_sweep(
     make_folder(out, force=force)
     run_id = new_run_id()
     flags = sim_flags or []
-    secrets = settings.base.http.secrets(api_key, settings.base.endpoint)
+    secrets = settings.base.http.secrets(api_key, settings.base.endpoint, settings.base.stage_endpoints.values())
     stopper = Stopper()
     with catching_signals(stopper), target(settings.base.endpoint, flags) as (url, is_sim):
         settings = replace(settings, base=for_target(settings.base, is_sim))
@@ -227,7 +229,7 @@ def run_sweep(
         meta = start_state({**salt.json(), **meta, "per_chunk_usage": usage.json()})
         settings = replace(settings, base=resolved(settings.base, usage))  # every point asks alike
         write_json(out / "run.json", meta)
-        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim, on_live)
+        to = _Target(url, model, out, run_id, api_key, secrets, stopper, on_engine, is_sim, on_live, point_sender)
         result = SweepResult(out, run_id, [])
         error: BaseException | None = None
         try:
@@ -278,6 +280,7 @@ class _Target:
     on_engine: Callable[[Engine], None] | None
     is_sim: bool = False
     on_live: Callable[[int, LiveCounters], None] | None = None  # each worker's counters (--workers)
+    point_sender: Callable[..., dict[str, Any]] | None = None  # a distributed run's master (--master)
 
 
 def _history(result: SweepResult) -> list[tuple[Step, Observation]]:
@@ -348,9 +351,11 @@ def _run_point(settings: SweepSettings, step: Step, k: int, workload: Workload, 
         on_engine=to.on_engine,
         stem=stem,
         on_live=to.on_live,
+        point_sender=to.point_sender,
     )
     streams = sorted(to.out.glob(f"{stem}*.arrows"))  # one per worker process
     table = pa.concat_tables([read_stream(p) for p in streams]) if streams else SCHEMA.empty_table()
+    table = pipeline_view(table)  # a pipeline's user requests, as the report judges them
     window, problem = point_window(table, ps.warmup_s)
     summary = summarize(table, window, settings.slo)
     rate = step.rate if step.arrival.kind != "closed" else summary.offered_rps

@@ -5,7 +5,11 @@ A sweep is a list of load points (rates or concurrencies) or an automatic search
 
 1. **ramp**: from a light rate, multiply by ``factor`` until the endpoint saturates,
    i.e. achieved throughput stops keeping up with the offered rate (or stops
-   rising while the offered rate still does), or the client itself falls behind;
+   rising while the offered rate still does), or the client itself falls behind.
+   An endpoint already past saturation at the light rate (a slow one, or heavy
+   requests such as a RAG pipeline's) is ramped *down* instead, dividing by
+   ``factor`` (at most ``MAX_STEPS_DOWN`` times) until a point keeps up; the ramp's
+   points are then judged in order of rate;
 2. **spread**: place points at fractions of the capacity found, where the Pareto
    curve bends (the geometric ramp leaves that region sparse);
 3. **bisect** (with an SLO): between the highest rate that meets the SLO
@@ -46,6 +50,8 @@ from loadgen.schedule import Arrival
 from loadgen.sweep.sizing import Sizing
 
 __all__ = [
+    "MAX_STEPS_DOWN",
+    "step_down",
     "AutoSearch",
     "Step",
     "served_rps",
@@ -56,6 +62,8 @@ __all__ = [
     "spent_s",
     "overloaded_suspect",
 ]
+
+MAX_STEPS_DOWN = 4  # an endpoint past saturation at the start rate is ramped down at most this many times
 
 
 @dataclass(frozen=True)
@@ -142,16 +150,33 @@ class Step:
 # --------------------------------------------------------------------------- saturation
 
 
+def _ramp(history: list[tuple[Step, Observation]]) -> list[Observation]:
+    """The ramp's points by rising rate (a ramp that stepped down measured its lower rates last)."""
+    return sorted((obs for step, obs in history if step.phase == "ramp"), key=lambda o: o.rate)
+
+
 def _saturation(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> tuple[int, str] | None:
-    """(index in the ramp order, reason) of the first saturated ramp point."""
-    return first_saturated([obs for step, obs in history if step.phase == "ramp"], cfg.keep_up, cfg.min_gain)
+    """(index by rising rate, reason) of the first saturated ramp point."""
+    return first_saturated(_ramp(history), cfg.keep_up, cfg.min_gain)
+
+
+def step_down(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> float | None:
+    """The rate to step down to while every ramp point was past saturation (called so, or
+    looking so while suspect), or None: a point kept up, or the ramp may step no lower."""
+    ramp = _ramp(history)
+    if not ramp or len(ramp) >= cfg.max_ramp:
+        return None
+    if any(saturation_reason(None, replace(o, validity=VALID), cfg.keep_up, cfg.min_gain) is None for o in ramp):
+        return None  # a point kept up (or could not be judged as overloaded): the ramp goes on upwards
+    rate = _round_rate(ramp[0].rate / cfg.factor)
+    return rate if rate >= cfg.start_rate / cfg.factor**MAX_STEPS_DOWN * (1 - 1e-9) else None
 
 
 def overloaded_suspect(history: list[tuple[Step, Observation]], cfg: AutoSearch) -> str | None:
     """Why the last ramp point looks past saturation although it is suspect (so it is not
     *called* saturated), or None. The ramp stops there: a higher rate would only load the
     client and the endpoint more, and leave a backlog for the next point."""
-    ramp = [o for s, o in history if s.phase == "ramp"]
+    ramp = _ramp(history)
     if not ramp or not ramp[-1].validity.withholding.suspect:
         return None
     prev = next((o for o in reversed(ramp[:-1]) if o.judgeable), None)
@@ -247,10 +272,12 @@ def next_step(
     if sizing is not None and sizing.exhausted(spent_s(history)):
         return None
     t = _Timing(cfg, point_duration_s, sizing, spent_s(history), kind, cv)
-    ramp = [(s, o) for s, o in history if s.phase == "ramp"]
+    ramp = _ramp(history)
+    if (down := step_down(history, cfg)) is not None:
+        return t.step(down, "ramp", f"/{cfg.factor:g}: already past saturation at {ramp[0].rate:g} req/s")
     sat = _saturation(history, cfg)
     if sat is None and ramp:
-        last = ramp[-1][1]
+        last = ramp[-1]
         nxt = last.rate * cfg.factor
         more = not last.client_limited and overloaded_suspect(history, cfg) is None
         if more and nxt <= cfg.max_rate * (1 + 1e-9) and len(ramp) < cfg.max_ramp:
@@ -274,7 +301,7 @@ def search_end(cfg: AutoSearch, history: list[tuple[Step, Observation]], sizing:
     sat = _saturation(history, cfg)
     if sat is not None:
         return f"saturated: {sat[1]}"
-    ramp = [o for s, o in history if s.phase == "ramp"]
+    ramp = _ramp(history)
     if not ramp:
         return "no ramp point was measured"
     last = ramp[-1]

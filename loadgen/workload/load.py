@@ -3,8 +3,8 @@
 ``load_workload`` validates all of the spec before any traffic, so a typo or a
 bad trace row fails in one line naming file, line and field instead of minutes
 into a run, and returns one of ``ChatWorkload``, ``RagWorkload``
-(``workload.synthetic``), ``AgenticWorkload`` (``workload.agentic``, its tools
-validated by ``workload.tools``) or a trace replay
+(``workload.synthetic``), ``RagPipelineWorkload`` (``workload.rag_pipeline``),
+``AgenticWorkload`` (``workload.agentic``, its tools validated by ``workload.tools``) or a trace replay
 (``workload.traces.build``). The tokenizer and the ``tokens.ratio`` calibration
 become the workload's ``TextSource`` here, once, so every kind builds text the
 same way.
@@ -20,6 +20,7 @@ from loadgen.specfile import Fields, apply_overrides, builtin_dir, load_yaml
 from loadgen.workload.agentic import build_agentic
 from loadgen.workload.base import Workload
 from loadgen.workload.pooled import POOLED_APIS, build_pooled
+from loadgen.workload.rag_pipeline import build_rag_pipeline
 from loadgen.workload.synthetic import build_synthetic
 from loadgen.workload.text import TextSource
 from loadgen.workload.tokenizer import BUILTIN, Tokenizer, get_tokenizer
@@ -46,12 +47,18 @@ def find_spec(name_or_path: str) -> Path:
     raise SpecError(f"{name_or_path}: no such workload (built-in: {', '.join(specs) or 'none'})")
 
 
-KINDS = ("chat", "rag", "agentic", "trace", *POOLED_APIS)
+KINDS = ("chat", "rag", "rag-pipeline", "agentic", "trace", *POOLED_APIS)
 
 # ``loadgen run --input-tokens/--output-tokens`` with a spec: fixed lengths.
 _ALIASES = {
     "input_tokens": {"chat": "input", "embeddings": "input", "rerank": "input"},
-    "output_tokens": {"chat": "output", "rag": "output", "agentic": "output", "trace": "output_tokens"},
+    "output_tokens": {
+        "chat": "output",
+        "rag": "output",
+        "rag-pipeline": "output",
+        "agentic": "output",
+        "trace": "output_tokens",
+    },
 }
 
 
@@ -107,6 +114,8 @@ def load_workload(
         w = build_agentic(f, common)
     elif kind in POOLED_APIS:
         w = build_pooled(kind, f, common)
+    elif kind == "rag-pipeline":
+        w = build_rag_pipeline(f, common)
     else:
         w = build_synthetic(kind, f, common)
     f.finish()

@@ -13,7 +13,7 @@ from typing import Any
 
 from loadgen.workload.pooled import POOLED_APIS, build_pooled_body
 from loadgen.workload.responses_body import build_responses_body
-from loadgen.workload.session import Conversation, build_body
+from loadgen.workload.session import Conversation, build_body, right_sized
 
 __all__ = ["request_body"]
 
@@ -33,9 +33,9 @@ def request_body(
     session's own fields) goes in last. ``continuous_usage`` and ``max_tokens_field`` apply
     to chat and completions only (the Responses API has neither; pooled requests no length)."""
     if api in POOLED_APIS:
-        return build_pooled_body(model, extra or {})
+        return right_sized(build_pooled_body(model, extra or {}))
     if api == "responses":
-        return build_responses_body(model, conv.messages, max_tokens, ignore_eos=ignore_eos, extra=extra)
+        return right_sized(build_responses_body(model, conv.messages, max_tokens, ignore_eos=ignore_eos, extra=extra))
     return build_body(
         api,
         model,

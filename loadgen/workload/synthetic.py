@@ -31,6 +31,7 @@ __all__ = [
     "ChatWorkload",
     "RagWorkload",
     "build_synthetic",
+    "rag_fields",
     "grow",
     "shared_system",
     "TAG_LEN",
@@ -181,6 +182,10 @@ class RagWorkload(Base):
             chosen += [d for d in range(self.doc_count) if d not in seen][: self.k - len(chosen)]
         return sorted(chosen) if self.order == "sorted" else chosen
 
+    def prompt_docs(self, j: int) -> list[int]:
+        """The documents request j puts in its prompt (every one retrieved; a pipeline's top k)."""
+        return self.docs(j)
+
     def _build(self, j: int) -> Session:
         docs = self.docs(j)
         g = rng(self.seed, TAG_LEN, j)
@@ -199,7 +204,7 @@ class RagWorkload(Base):
         total = again = prefix = 0
         lens = self.doc_lengths
         for j in range(_REUSE_HORIZON):
-            docs = self.docs(j)
+            docs = self.prompt_docs(j)
             total += int(lens[docs].sum())
             again += sum(int(lens[d]) for d in docs if d in seen)
             for m in range(len(docs), 0, -1):
@@ -266,24 +271,29 @@ def build_synthetic(kind: str, f: Fields, common: dict[str, Any]) -> Base:
             think=parse_distribution(f, "think", integer=False, default=Fixed(value=0.0, integer=False)),
         )
     if kind == "rag":
-        system, system_tokens = shared_system(f, "system", ts, seed, TAG_SYSTEM)
-        docs = f.sub("documents")
-        count = docs.number("count", integer=True, ge=1)
-        doc_tokens = parse_distribution(docs, "tokens")
-        docs.finish()
-        k = f.number("k", integer=True, ge=1)
-        if k > count:
-            raise f.error("k", f"must be <= documents.count ({count})")
-        return RagWorkload(
-            **common,
-            system=system,
-            system_tokens=system_tokens,
-            doc_count=count,
-            doc_tokens=doc_tokens,
-            k=k,
-            zipf_alpha=float(f.number("zipf_alpha", 1.0, ge=0)),
-            order=f.string("order", "sampled", choices=("sampled", "sorted")),
-            question=parse_distribution(f, "question"),
-            output=parse_distribution(f, "output"),
-        )
+        return RagWorkload(**common, **rag_fields(f, common, "k"))
     raise ValueError(f"not a chat or rag workload: {kind!r}")
+
+
+def rag_fields(f: Fields, common: dict[str, Any], k_key: str) -> dict[str, Any]:
+    """A RAG spec's fields, as ``RagWorkload``'s; ``k_key`` names the documents retrieved per
+    request (``k``; a pipeline's ``candidates``)."""
+    system, system_tokens = shared_system(f, "system", common["text"], common["seed"], TAG_SYSTEM)
+    docs = f.sub("documents")
+    count = docs.number("count", integer=True, ge=1)
+    doc_tokens = parse_distribution(docs, "tokens")
+    docs.finish()
+    k = f.number(k_key, integer=True, ge=1)
+    if k > count:
+        raise f.error(k_key, f"must be <= documents.count ({count})")
+    return {
+        "system": system,
+        "system_tokens": system_tokens,
+        "doc_count": count,
+        "doc_tokens": doc_tokens,
+        "k": k,
+        "zipf_alpha": float(f.number("zipf_alpha", 1.0, ge=0)),
+        "order": f.string("order", "sampled", choices=("sampled", "sorted")),
+        "question": parse_distribution(f, "question"),
+        "output": parse_distribution(f, "output"),
+    }

@@ -121,7 +121,7 @@ class ResponsesTally(StreamState):
         payloads = self._parser.close()
         if payloads:
             if t_ns is None:
-                t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
+                t_ns = self._ns[-1] if self._ns else 0
             self._take(payloads, t_ns)
 
     def _take(self, payloads: list[bytes], t_ns: int) -> None:
@@ -191,8 +191,7 @@ class ResponsesTally(StreamState):
             return
         if not delta:
             return
-        self.chunk_ns.append(t_ns)
-        self.chunk_tokens.append(1)
+        self._ns.append(t_ns)  # its count: 1 (StreamState)
         if visible and self.t_first_content is None:
             self.t_first_content = t_ns
         if self._collect:

@@ -8,6 +8,7 @@ within one page. Every value here is already bounded (usage.py, choices.py).
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING
 
 from loadgen.client.protocol.choices import finish_reason
@@ -31,16 +32,21 @@ class StreamState:
     """What one streamed response has shown so far; ``StreamTally`` (tally.py) fills it.
 
     ``chunk_ns`` and ``chunk_tokens``: per output chunk, its arrival and its observed
-    count; ``reconcile()`` gives the counts to record. ``problems``: one line per kind
-    of impossible or odd value the endpoint sent (``clean_text``'d).
+    count (lists, copied out); ``reconcile()`` gives the counts to record. ``problems``:
+    one line per kind of impossible or odd value the endpoint sent (``clean_text``'d).
+
+    Held compactly while the stream runs (issue 18: memory per in-flight stream): the
+    arrivals in an ``array('q')``, 8 bytes a chunk where a list of ints takes ~40, and the
+    counts not at all while every one is 1 (the usual stream without running usage),
+    else in an ``array('q')`` too; ``_counted`` is the one way a count other than 1 is kept.
     """
 
     __slots__ = (
         "api",
         "keep_text",
         "done",
-        "chunk_ns",
-        "chunk_tokens",
+        "_ns",
+        "_tokens",
         "finish_reason",
         "t_first_content",
         "problems",
@@ -64,8 +70,8 @@ class StreamState:
         self.api = api
         self.keep_text = keep_text
         self.done = False
-        self.chunk_ns: list[int] = []
-        self.chunk_tokens: list[int] = []
+        self._ns = array("q")  # each output chunk's arrival
+        self._tokens: array[int] | None = None  # each one's count; None while every one is 1
         self.finish_reason: str | None = None
         self.t_first_content: int | None = None  # the first chunk with visible content (not reasoning)
         self._problems = Problems()
@@ -121,6 +127,26 @@ class StreamState:
         return self._usage.reasoning_tokens
 
     @property
+    def chunk_ns(self) -> list[int]:
+        """Each output chunk's arrival (a copy)."""
+        return self._ns.tolist()
+
+    @property
+    def chunk_tokens(self) -> list[int]:
+        """Each output chunk's observed count (a copy); ``reconcile`` gives those to record."""
+        tokens = self._tokens
+        return [1] * len(self._ns) if tokens is None else tokens.tolist()
+
+    def _counted(self, k: int) -> None:
+        """The count of the output chunk just appended to ``_ns``, when it may not be 1."""
+        tokens = self._tokens
+        if tokens is None:
+            if k == 1:
+                return
+            tokens = self._tokens = array("q", [1]) * (len(self._ns) - 1)
+        tokens.append(k)
+
+    @property
     def end(self) -> str | None:
         """How the body ended (records.STREAM_ENDS): ``"done"`` (``[DONE]`` seen),
         ``"finish"`` (a finish reason but no ``[DONE]``), ``"eof"`` (neither); None
@@ -135,7 +161,8 @@ class StreamState:
     def t_output(self) -> int | None:
         """When the first output-carrying event arrived (``chunk_ns[0]``), None before:
         comments, keep-alives, role chunks and tool-call headers do not count."""
-        return self.chunk_ns[0] if self.chunk_ns else None
+        ns = self._ns
+        return ns[0] if ns else None
 
     @property
     def text(self) -> str:
@@ -169,9 +196,9 @@ class StreamState:
         usage = self._usage
         usage.prompt_tokens = prompt
         if text:
-            chunks = self.chunk_ns
+            chunks = self._ns
             chunks.append(t_ns)
-            self.chunk_tokens.append(usage.rise(c, chunks))
+            self._counted(usage.rise(c, chunks))
             if self._collect:
                 self._kept(text)
         else:  # an empty body: an event without output, whose usage rise is carried
@@ -206,7 +233,7 @@ class StreamState:
         ``[0, MAX_TOKEN_COUNT]``; call it before reading ``problems``, as it may add one."""
         u = self._usage
         if not u.per_chunk and self._texts is not None:
-            counted = self._texts.counts(len(self.chunk_tokens), u.completion_tokens, self._lenient, self._problems)
+            counted = self._texts.counts(len(self._ns), u.completion_tokens, self._lenient, self._problems)
             if counted is not None:
                 return counted
         counted = reconcile(self.chunk_tokens, u.per_chunk, u.carry, u.completion_tokens)

@@ -65,6 +65,7 @@ from loadgen.client.protocol.stream_state import StreamState
 from loadgen.client.protocol.template import (
     BULK,
     Fit,
+    Learned,
     Template,
     content_holder,
     learn,
@@ -102,7 +103,7 @@ class StreamTally(StreamState):
     the list stays short however long the stream. The counts here are already bounded.
     """
 
-    __slots__ = ("_parser", "_sse", "_tpl", "_framed", "_one", "_many", "_learns", "_utpl")
+    __slots__ = ("_parser", "_sse", "_tpl", "_framed", "_one", "_many", "_learns", "_utpl", "_route")
 
     def __init__(
         self,
@@ -110,20 +111,20 @@ class StreamTally(StreamState):
         keep_text: bool = False,
         max_event_bytes: int = 1 << 20,
         tokenizer: Tokenizer | None = None,
+        learned: Learned | None = None,
     ) -> None:
         super().__init__(api, keep_text, tokenizer)
         self._parser = SSEParser(max_event_bytes)
         self._sse = self._parser.feed
-        # The learned content-chunk template (template.py), None until learned and
-        # again after [DONE]; its read view apart, as feed looks at it for every read.
+        # The learned content-chunk template (template.py), None until learned and again
+        # after [DONE]; its read view apart, as feed looks at it for every read.
         self._tpl: Template | None = None
         self._framed: Fit | None = None
         self._one = 0  # with a template, a read shorter than this holds one event at most, within the cap
         self._many = max_event_bytes + 2  # a read no longer than this holds no event over the size cap
         self._learns = _LEARNS
-        # The learned template of content chunks with running usage (usage_template.py),
-        # None until learned and again after [DONE].
-        self._utpl: UsageTemplate | None = None
+        self._utpl: UsageTemplate | None = None  # of chunks with running usage (usage_template.py), as _tpl
+        self._route = learned  # the content template its route's streams learned (template.Learned)
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read; every event it completes is stamped ``t_ns``."""
@@ -139,8 +140,9 @@ class StreamTally(StreamState):
                     if text is not None:
                         self.events += 1
                         if text:  # an empty body: an event without output
-                            self.chunk_ns.append(t_ns)
-                            self.chunk_tokens.append(1)
+                            self._ns.append(t_ns)
+                            if self._tokens is not None:  # (None: each count 1 so far, StreamState)
+                                self._tokens.append(1)
                             if self._collect:
                                 self._kept(text)
                         return
@@ -174,7 +176,7 @@ class StreamTally(StreamState):
         payloads = self._parser.close()
         if payloads:
             if t_ns is None:
-                t_ns = self.chunk_ns[-1] if self.chunk_ns else 0
+                t_ns = self._ns[-1] if self._ns else 0
             self._take(payloads, t_ns)
 
     def _read_of_events(self, data: bytes, t_ns: int) -> bool:
@@ -200,8 +202,9 @@ class StreamTally(StreamState):
             return False
         k = len(bodies) - bodies.count(b"")  # an empty body: an event without output
         if k:
-            self.chunk_ns.extend([t_ns] * k)
-            self.chunk_tokens.extend([1] * k)
+            self._ns.extend([t_ns] * k)
+            if self._tokens is not None:
+                self._tokens.extend([1] * k)
             if self.keep_text:
                 self._parts.append(text)
             if self._texts is not None:  # each plain (plain_all), so each decodes
@@ -287,17 +290,17 @@ class StreamTally(StreamState):
                     assert sink is not None  # a list of its own when texts are kept
                     self._kept_chunk(sink)
                     texts = self._texts  # None again once past the cap
-                self.chunk_ns.append(t_ns)
+                self._ns.append(t_ns)
                 if out == VISIBLE and first is None:
                     self.t_first_content = first = t_ns
                 k = 1
                 if usage:
-                    k = self._usage.take(usage, self.chunk_ns)
+                    k = self._usage.take(usage, self._ns)
                     if self._learns and len(choices) == 1:
                         self._learn(payload, obj, True)
                 elif self._learns and len(choices) == 1:
                     self._learn(payload, obj, False)
-                self.chunk_tokens.append(k)
+                self._counted(k)
             elif usage:
                 self._usage.take(usage, None)
 
@@ -317,8 +320,9 @@ class StreamTally(StreamState):
             if text is None:
                 return i
             if text:
-                self.chunk_ns.append(t_ns)
-                self.chunk_tokens.append(1)
+                self._ns.append(t_ns)
+                if self._tokens is not None:
+                    self._tokens.append(1)
                 if self._collect:
                     self._kept(text)
             i += 1
@@ -353,6 +357,9 @@ class StreamTally(StreamState):
     def _learn(self, payload: bytes, obj: dict[str, Any], running: bool) -> None:
         """Take ``payload`` as the template of this stream's content chunks, if it makes
         one: with ``running`` usage on it, a usage template (usage_template.py)."""
+        route = self._route
+        if route is not None and not running and (known := route.fitting(payload)) is not None:
+            return self._taught(known)  # the route's, proven for this chunk: no probe
         holder = content_holder(obj, self._chat)
         if holder is None:
             return  # not a content chunk (reasoning, say): no try spent, so content still gets one
@@ -364,11 +371,15 @@ class StreamTally(StreamState):
             return
         template = learn(payload, obj, holder, self._chat)
         if template is not None:
-            self._tpl, self._framed = template, template.framed
-            if template.framed is not None:
-                # Two events take twice the shortest one; an event over the size cap
-                # (its lines, without the blank line) goes to the parser, which raises.
-                self._one = min(2 * template.framed.least, self._many + 1)
+            self._taught(template)
+            if route is not None:
+                route.template = template
+
+    def _taught(self, template: Template) -> None:
+        self._tpl, self._framed = template, template.framed
+        if template.framed is not None:
+            # two events take twice the shortest; one over the size cap goes to the parser (it raises)
+            self._one = min(2 * template.framed.least, self._many + 1)
 
     def _leniently(self, payload: bytes, refused: str) -> Any:
         """An event orjson refused: ``[DONE]`` (``_DONE``) or nothing (``_SKIP``), else its object,

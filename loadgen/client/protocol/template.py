@@ -32,6 +32,7 @@ import orjson
 __all__ = [
     "BULK",
     "Fit",
+    "Learned",
     "Run",
     "Template",
     "body_span",
@@ -95,6 +96,35 @@ class Template:
         self.payload = payload
         self.framed = Fit(b"data: " + payload.pre, payload.suf + b"\n\n") if one_line else None
         self.between = payload.suf + _FRAMING + payload.pre if one_line else None
+
+
+class Learned:
+    """The content template a route's streams learned last, for each new stream to take up.
+
+    A server's content chunks are alike from one answer to the next (when its chunk ids and
+    ``created`` do not vary), so learning each answer's template again (a probe decode and
+    its checks, ~a quarter of a one-token answer's tally) is mostly waste. A stream offers
+    its first decoded content chunk here (``fitting``): if the chunk fits the template, that
+    template is proven for it as for any chunk it fits (same prefix and suffix, a plain body:
+    the same chunk with other text), and the stream takes it up without a probe. Else the
+    stream learns its own, which becomes the route's (``template``). One per run and route.
+    """
+
+    __slots__ = ("template",)
+
+    def __init__(self) -> None:
+        self.template: Template | None = None
+
+    def fitting(self, payload: bytes) -> Template | None:
+        """The route's template, if ``payload`` (a decoded content chunk) fits it."""
+        tpl = self.template
+        if tpl is None:
+            return None
+        fit = tpl.payload
+        m = len(payload)
+        if m < fit.least or not payload.startswith(fit.pre) or not payload.endswith(fit.suf):
+            return None
+        return tpl if plain(payload[fit.lo : m - fit.hi]) else None
 
 
 class Run(NamedTuple):

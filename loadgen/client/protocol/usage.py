@@ -16,6 +16,7 @@ range) is decided inline before any call.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from typing import Any
 
 from loadgen.untrusted import MAX_TOKEN_COUNT, clean_text, token_count
@@ -89,7 +90,7 @@ class Usage:
         self._last: int | None = None  # completion_tokens of the last usage seen
         self._problems = problems
 
-    def take(self, usage: Any, chunks: list[int] | None) -> int:
+    def take(self, usage: Any, chunks: Sized | None) -> int:
         """Record a chunk's usage; return the chunk's token count (1 unless running usage).
 
         ``chunks``: None for a chunk without output, else the times of the output
@@ -129,7 +130,7 @@ class Usage:
                 return 1
         return self.rise(ct, chunks)
 
-    def rise(self, ct: int, chunks: list[int] | None) -> int:
+    def rise(self, ct: int, chunks: Sized | None) -> int:
         """``take``'s last step, for a chunk's ``completion_tokens`` ``ct`` (in range): the
         chunk's count (``chunks`` as for ``take``). The tally calls it directly for a chunk
         it read off a usage template (usage_template.py), whose usage is nothing but

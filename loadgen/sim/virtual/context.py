@@ -1,0 +1,92 @@
+"""A session's context as the simulated server sees it: the prompt's token ids, turn by turn.
+
+The real-time path builds each turn's request body (``workload.session.Conversation``), the server
+joins its messages' contents and tokenizes the text (``BUILTIN.encode``). Here the same prompt is
+kept as token ids and grown by each message, so a turn costs the tokens it adds, not the whole
+context again: ``"".join(contents)`` tokenizes to the concatenation of each content's tokens when
+no word runs across a boundary, and where one would (a content ending in a word character followed
+by one starting with one) the joined text is tokenized whole, as the server does. The answer's
+words are the server's (``answer.word_index``), known as ids without any text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from loadgen.workload.session import Turn
+from loadgen.workload.tokenizer import BUILTIN, WORDS
+
+__all__ = ["Context", "encode", "answer_ids"]
+
+_ID = {w: i for i, w in enumerate(WORDS)}
+_GET = _ID.__getitem__
+_N_WORDS = len(WORDS)
+_WORDISH = re.compile(r"\w")
+
+
+def encode(text: str) -> list[int]:
+    """``BUILTIN.encode(text)``, fast where the text is words of the built-in list (what workloads send)."""
+    try:
+        return list(map(_GET, text.split()))
+    except KeyError:
+        return BUILTIN.encode(text)
+
+
+def answer_ids(prompt_len: int, n: int) -> list[int]:
+    """The ids of an answer's ``n`` words after a prompt of ``prompt_len`` tokens (``answer.word_index``)."""
+    k = np.arange(n, dtype=np.int64)
+    ids: list[int] = ((prompt_len * 31 + k * 7919) % _N_WORDS).tolist()
+    return ids
+
+
+class Context:
+    """One session's conversation as token ids (the server's ``prompt_ids`` for each of its turns)."""
+
+    __slots__ = ("ids", "_pieces", "_joinable", "_calls")
+
+    def __init__(self, system: str | None) -> None:
+        self.ids: list[int] = []
+        # every content so far (an answer as its prompt length and size), for the rare re-tokenization
+        self._pieces: list[str | tuple[int, int]] = []
+        self._joinable = False  # the text so far ends in a word character
+        self._calls = False  # the last answer was a tool call: the next turn answers it
+        if system:
+            self._add(system)
+
+    def add_turn(self, turn: Turn) -> None:
+        """The messages ``Conversation.add_turn`` adds for ``turn``, in order."""
+        calls, self._calls = self._calls, False
+        if not calls:
+            self._add(turn.text + turn.follow_up)
+            return
+        tool = turn.role == "tool"
+        self._add(turn.text if tool else "")  # one call per answer: one tool message
+        self._add(turn.follow_up if tool else turn.text)
+
+    def add_answer(self, prompt_len: int, n: int, tool_call: bool) -> None:
+        """The answer of ``n`` tokens to a prompt of ``prompt_len``: its words, or, a tool call, no content."""
+        self._calls = tool_call
+        if tool_call or n <= 0:
+            return
+        self._pieces.append((prompt_len, n))
+        self.ids.extend(answer_ids(prompt_len, n))  # the words come with a leading space: nothing joins across
+        self._joinable = True
+
+    def _add(self, text: str) -> None:
+        if not text:
+            return
+        if self._joinable and _WORDISH.match(text):  # a word runs across the boundary: as the server sees it
+            self._pieces.append(text)
+            self.ids = BUILTIN.encode("".join(map(_text, self._pieces)))
+        else:
+            self._pieces.append(text)
+            self.ids.extend(encode(text))
+        self._joinable = bool(_WORDISH.match(text[-1]))
+
+
+def _text(piece: str | tuple[int, int]) -> str:
+    if isinstance(piece, str):
+        return piece
+    return "".join(" " + WORDS[i] for i in answer_ids(*piece))

@@ -1,0 +1,273 @@
+"""The analysis at a million requests gives the very figures it gave before it was made to scale.
+
+``pins/report_scale_before.json`` holds the figures of a small, varied run (``report_scale_run``)
+as the code before the one-pass analysis computed them (issue 18): the summary with and without
+a window and an SLO, the time series at two intervals, the sessions, and the CDF and gate samples
+(as hashes of their bytes). Every figure must be equal, except the means and their intervals
+(and a Dist's ``mean_ci``), which are now summed block by block rather than over one sorted
+array: those agree to 1e-12 relative.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from report_scale_run import varied_table
+
+from loadgen import records
+from loadgen.analysis import selection
+from loadgen.analysis import timeseries as timeseries_module
+from loadgen.analysis.annotate import annotate_run
+from loadgen.analysis.columns import Cols, chunk_blocks, itl_icl
+from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json
+from loadgen.analysis.selection import describe_blocks
+from loadgen.analysis.sessions import session_summary
+from loadgen.analysis.stats import describe
+from loadgen.analysis.timeseries import chart_interval, hist_percentile, timeseries
+from loadgen.analysis.window import choose_window
+from loadgen.record_annotation import DERIVED
+from loadgen.records import (
+    PARQUET_NAME,
+    SCHEMA,
+    Record,
+    RecordWriter,
+    compact,
+    file_metadata,
+    read_records,
+    read_stream,
+    to_batch,
+)
+from loadgen.stream_file import StreamFile
+
+PINS = Path(__file__).parent / "pins" / "report_scale_before.json"
+SUMMED = {"mean", "lo", "hi"}  # keys whose values are sums (a Dist's mean and its interval)
+
+
+def _hash(a: Any) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float64).tobytes()).hexdigest()
+
+
+def figures(t: pa.Table) -> dict[str, Any]:
+    w = choose_window(t, warmup_s=1.0, cooldown_s=1.0)
+    c = Cols.of(t)
+    itl, icl = itl_icl(c, w.contains(c.t_sched))
+    return {
+        "summary": summary_to_json(summarize(t, w, SLO(ttft_ms=400, tpot_ms=20, e2e_ms=3000))),
+        "summary_whole": summary_to_json(summarize(t)),
+        "timeseries": timeseries(t),
+        "timeseries_half": timeseries(t, 0.5),
+        "sessions": session_summary(t, w).to_json(),
+        "samples": {k: [int(v.size), _hash(v)] for k, v in latency_samples(t, w).items()},
+        "itl_icl": [_hash(itl), _hash(icl)],
+    }
+
+
+def differences(old: Any, new: Any, path: str = "", summed: bool = False) -> list[str]:
+    """Where ``new`` differs from ``old``: exactly, or beyond 1e-12 under a summed key."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = [f"{path}: keys {sorted(set(old) ^ set(new))}"] if set(old) != set(new) else []
+        for k in old.keys() & new.keys():
+            inside = summed or (k == "mean_ci")
+            out += differences(old[k], new[k], f"{path}.{k}", inside or (k in SUMMED and path.count(".") <= 2))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in differences(a, b, f"{path}[{i}]")]
+    if summed and isinstance(old, float) and isinstance(new, float) and math.isclose(old, new, rel_tol=1e-12):
+        return []
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+
+
+def test_every_figure_is_what_it_was_before_the_one_pass_analysis() -> None:
+    new = orjson.loads(orjson.dumps(figures(varied_table())))  # as summary.json writes them
+    old = orjson.loads(PINS.read_bytes())
+    assert differences(old, new) == []
+
+
+def test_only_the_means_may_differ_in_their_last_digits() -> None:
+    old = orjson.loads(PINS.read_bytes())
+    bent = orjson.loads(PINS.read_bytes())
+    bent["summary"]["itl"]["mean"] *= 1 + 1e-15
+    bent["summary"]["itl"]["mean_ci"]["hi"] *= 1 + 1e-15
+    assert differences(old, bent) == []
+    bent["summary"]["itl"]["percentiles"]["p99"]["value"] *= 1 + 1e-15
+    bent["summary"]["ttft"]["n"] += 1
+    assert len(differences(old, bent)) == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_describe_blocks_is_describe_of_the_expanded_sample(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    blocks = [(rng.lognormal(2.0, 1.0, 5000).round(rng.integers(0, 4)), rng.integers(0, 4, 5000)) for _ in range(4)] + [
+        (np.array([-3.5, 0.0, 0.0, 1e30, np.nan]), np.array([1, 2, 1, 1, 3]))
+    ]
+    expanded = np.concatenate([np.repeat(v, k) for v, k in blocks])
+    want, got = describe(expanded), describe_blocks(lambda: iter(blocks))
+    assert (got.n, got.min, got.max, got.pcts) == (want.n, want.min, want.max, want.pcts)
+    assert got.mean == pytest.approx(want.mean, rel=1e-12) or math.isnan(want.mean)
+
+
+def test_a_few_samples_and_none() -> None:
+    for values in ([], [4.0], [4.0, 1.0], [2.0] * 7):
+        blocks: list[tuple[np.ndarray, None]] = [(np.asarray(values, float), None)]
+        want, got = describe(values), describe_blocks(blocks.copy)  # each pass: the one block again
+        assert orjson.dumps(got.to_json()) == orjson.dumps(want.to_json())
+
+
+def test_chunk_blocks_walk_whole_requests_in_order() -> None:
+    t = varied_table(400)
+    c = Cols.of(t)
+    rows = np.arange(c.n) % 3 != 0
+    blocks = list(chunk_blocks(c, rows, size=500))
+    assert len(blocks) > 3
+    got = np.concatenate([b.row0 + b.owner for b in blocks])
+    assert np.array_equal(got, c.c_owner[rows[c.c_owner]])
+    assert np.array_equal(np.concatenate([b.ns for b in blocks]), c.c_ns[rows[c.c_owner]])
+    assert Cols.of(t) is c  # converted once per table
+
+    sound = t.filter(pa.array(np.arange(t.num_rows) != 7))  # (row 7's token list is malformed: one part)
+    whole = Cols.of(sound)
+    parted = Cols.of(pa.concat_tables([sound.slice(0, 150), sound.slice(150, 100), sound.slice(250)]))  # row groups
+    assert (len(whole.c_parts), len(parted.c_parts)) == (1, 3)
+    for a, b in zip(itl_icl(whole, rows[1:]), itl_icl(parted, rows[1:]), strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_the_stream_is_compressed_and_reads_back_whole(tmp_path: Path) -> None:
+    recs = [
+        Record(
+            run_id="r",
+            request=i,
+            t_sched=10**12 + i,
+            chunk_ns=list(range(10**12, 10**12 + 64 * 997, 997)),
+            chunk_tokens=[1] * 64,
+            output_tokens=64,
+        )
+        for i in range(600)
+    ]
+    with RecordWriter(tmp_path / "records.arrows", batch_size=300) as w:
+        for r in recs:
+            w.add(r)
+    raw = StreamFile(tmp_path / "raw.arrows", SCHEMA, compression=None)
+    for i in (0, 300):
+        raw.append(bytes(to_batch(recs[i : i + 300]).serialize()), 300)
+    raw.close()
+    assert (tmp_path / "records.arrows").stat().st_size < 0.5 * (tmp_path / "raw.arrows").stat().st_size
+    back = read_stream(tmp_path / "records.arrows")
+    assert back.column("chunk_ns").to_pylist() == [r.chunk_ns for r in recs]
+    assert back.equals(read_stream(tmp_path / "raw.arrows"))
+
+
+def test_a_cdf_can_take_its_steps_without_sorting_every_token() -> None:
+    t = varied_table(600)
+    got = latency_samples(t, choose_window(t))
+    for kind in ("itl", "ttft"):
+        drawn = np.sort(got[kind][np.isfinite(got[kind]) & (got[kind] > 0)])
+        ranks = np.unique(np.linspace(0, drawn.size - 1, 37).round().astype(int))
+        assert got.positive_count(kind) == drawn.size
+        assert np.array_equal(got.positive_at(kind, ranks), drawn[ranks])
+
+
+def test_many_ranks_are_gathered_a_few_buckets_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(selection, "_GATHER", 64)  # a CDF's 400 ranks of a run: here, of 3,000 samples
+    rng = np.random.default_rng(3)
+    blocks = [(rng.lognormal(1.0, 0.7, 1000), rng.integers(1, 4, 1000)) for _ in range(3)]
+    expanded = np.sort(np.concatenate([np.repeat(v, k) for v, k in blocks]))
+    ranks = np.unique(np.linspace(0, expanded.size - 1, 400).round().astype(int))
+    assert np.array_equal(selection.order_statistics(blocks.copy, ranks), expanded[ranks])
+
+
+# --------------------------------------------------------------------------- the passes over the records
+
+
+def test_the_chart_interval_comes_from_the_same_pass_and_is_what_it_would_be_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(timeseries_module, "CHART_INTERVALS", 5)  # 20 s of requests: charted every 4 s
+    t = varied_table(1000)
+    span_s = (pc.max(t.column("t_sched")).as_py() - pc.min(t.column("t_sched")).as_py()) / 1e9
+    chart = chart_interval(t)
+    assert chart == span_s / 5 > 3.5
+    passes: list[tuple[float, ...]] = []
+    one_pass = timeseries_module._all_series
+
+    def counted(table: pa.Table, intervals: tuple[float, ...], t0_ns: int | None) -> Any:
+        passes.append(intervals)
+        return one_pass(table, intervals, t0_ns)
+
+    monkeypatch.setattr(timeseries_module, "_all_series", counted)
+    every_second = timeseries(t)
+    charted = timeseries(t, chart)
+    assert passes == [(1.0, chart)]  # both from one pass over the chunks
+    alone = pa.Table.from_batches(t.to_batches())  # another table: its own passes, one interval each
+    assert timeseries(alone, chart) == charted and len(charted) >= 5
+    assert timeseries(alone, 1.0) == every_second and passes[1:] == [(chart,), (1.0,)]
+
+
+def test_compact_sorts_row_group_by_row_group_as_one_sort_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = varied_table(400).drop_columns(["point"]).append_column("point", pa.array([0, 1] * 200, pa.int32()))
+    t = t.select(SCHEMA.names)
+    rng = np.random.default_rng(3)
+    shuffled = t.take(rng.permutation(t.num_rows))  # out of order within and across the streams' batches
+    for shard in range(2):
+        rows = shuffled.slice(shard * 200, 200)
+        stream = StreamFile(tmp_path / f"records-w0{shard}.arrows", SCHEMA)
+        for b in rows.to_batches(max_chunksize=17):
+            stream.append(bytes(b.serialize()), b.num_rows)
+        stream.close()
+    monkeypatch.setattr(records, "_ROW_GROUP", 64)
+    compact(tmp_path)
+    got = pq.ParquetFile(tmp_path / PARQUET_NAME)
+    assert [got.metadata.row_group(i).num_rows for i in range(got.num_row_groups)] == [64] * 6 + [16]
+    assert got.read().equals(shuffled.sort_by([("point", "ascending"), ("t_sched", "ascending")]))
+
+
+def test_annotate_writes_from_the_table_it_is_given_reading_only_the_footer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = varied_table(300)
+    newer = t.append_column("from_a_newer_minor", pa.array(range(t.num_rows), pa.int64()))
+    pq.write_table(newer.replace_schema_metadata(file_metadata()), tmp_path / PARQUET_NAME, row_group_size=100)
+    (tmp_path / "run.json").write_bytes(orjson.dumps({"run_id": "r", "settings": {}}))
+    table = read_records(tmp_path)
+    whole = pq.read_table
+    asked: list[object] = []
+
+    def only_new_columns(where: Path, columns: list[str] | None = None, **kw: Any) -> pa.Table:
+        asked.append(columns)
+        return whole(where, columns=columns, **kw)
+
+    monkeypatch.setattr(pq, "read_table", only_new_columns)
+    annotate_run(tmp_path, table=table)
+    assert asked == [["from_a_newer_minor"]]  # the records themselves are not read again
+    monkeypatch.undo()
+    out = pq.ParquetFile(tmp_path / PARQUET_NAME)
+    assert [out.metadata.row_group(i).num_rows for i in range(out.num_row_groups)] == [300]  # >= 16384 a group
+    back = out.read()
+    assert back.column_names == [*SCHEMA.names, "from_a_newer_minor", *DERIVED]
+    assert back.select(SCHEMA.names).equals(t.select(SCHEMA.names)) and back["from_a_newer_minor"].equals(
+        newer["from_a_newer_minor"]
+    )
+    with pytest.raises(ValueError, match="the table given has 299 rows, the file 300"):
+        annotate_run(tmp_path, table=table.slice(1))
+
+
+def test_interval_percentiles_are_the_histograms_own_without_building_one() -> None:
+    rng = np.random.default_rng(5)
+    bucket = np.sort(rng.choice([0, 1, 2, 5, 9], 500))  # intervals 3, 4, 6, 7, 8 hold nothing
+    value_ms = rng.lognormal(np.log(30), 1.5, bucket.size)
+    counts = rng.integers(1, 4, bucket.size)
+    sp = timeseries_module._Sparse.of(bucket, value_ms, counts)
+    for p, got in timeseries_module._percentiles(sp, 10, (1, 50, 99, 100)).items():
+        want = [hist_percentile(sp.hist(i), p) if sp.hist(i).get_total_count() else -1 for i in range(10)]
+        assert got.tolist() == want
