@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import astuple, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from loadgen.client.endpoint import endpoint_path
 from loadgen.client.endpoint_options import MAX_TOKENS_FIELDS, EndpointOptions
-from loadgen.client.stages import StageEndpoint, stage_url
+from loadgen.client.stages import StageEndpoint
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -169,15 +170,15 @@ class EngineConfig:
     @property
     def request_url(self) -> str:
         """Where requests go: the base URL's path and ``path``, its query (a key, say) kept after them."""
-        return stage_url(self.url, self.path)
+        return endpoint_path(self.url, self.path)
 
     def route(self, stage: str, api: str) -> Route:
         """Where a request of ``stage`` ("" outside a pipeline) and ``api`` ("" = the run's) goes."""
         api = api or self.api
         own = next((s for s in self.stages if s.stage == stage), None)
         if own is None:
-            return Route(stage, api, stage_url(self.url, api_path(api)), self.model, self.endpoint_label)
-        return Route(stage, api, stage_url(own.url, api_path(api)), own.model, own.label or self.endpoint_label)
+            return Route(stage, api, endpoint_path(self.url, api_path(api)), self.model, self.endpoint_label)
+        return Route(stage, api, endpoint_path(own.url, api_path(api)), own.model, own.label or self.endpoint_label)
 
 
 class Route(NamedTuple):

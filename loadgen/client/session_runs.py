@@ -204,7 +204,7 @@ class SessionRuns:
                 if engine.stopped:
                     cause = engine.stop_cause
                     break
-                pooled = (turn.api or engine.cfg.api) in POOLED_APIS  # a pooled stage: outside the context
+                pooled = self.route(turn).api in POOLED_APIS  # a pooled stage: outside the context
                 if not pooled:
                     conv.add_turn(turn)
                 keep = engine.cfg.keep_text or k + 1 < len(turns)

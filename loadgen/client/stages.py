@@ -11,20 +11,13 @@ reached the same way. The engine opens one transport per stage (its own connecti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 from loadgen.errors import ConfigError
 
-__all__ = ["STAGE_APIS", "StageEndpoint", "stage_url"]
+__all__ = ["STAGE_APIS", "StageEndpoint"]
 
 # the stages a pipeline names, and the API each speaks ("" = the run's own API: generate)
 STAGE_APIS = {"embed": "embeddings", "rerank": "rerank", "generate": ""}
-
-
-def stage_url(base: str, path: str) -> str:
-    """``path`` (an API's route) under the base URL ``base``, its query (a key, say) kept after it."""
-    parts = urlsplit(base)
-    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
 
 
 @dataclass(frozen=True)
