@@ -14,7 +14,6 @@ import aiohttp
 import aiohttp.web
 import numpy as np
 import pytest
-from aiohttp.streams import StreamReader
 
 from loadgen.analysis.validity import client_caveats
 from loadgen.client import _aiohttp as wire
@@ -423,16 +422,25 @@ def test_reads_before_the_task_reads_the_body_keep_the_time_they_arrived() -> No
     assert b"".join(d for d, _ in got) == CHUNK * 3 + TAIL % 3
 
 
-def test_a_body_that_is_not_read_is_let_go_with_its_connection() -> None:
-    async def go() -> tuple[bool, bool]:
-        handler = _handler([1])
+def test_reads_of_a_body_cut_before_its_task_reads_it_are_handed_over_then_the_cut() -> None:
+    # A loaded loop: the stream's reads and the cut all come before the request's task runs.
+    async def go() -> tuple[list[bytes], BaseException | None]:
+        now = [1000]
+        handler = _handler(now)
         handler.data_received(HEAD + _framed(CHUNK))
-        _, content = await handler.read()
-        hooked = handler.lg_body is not None and type(content) is not StreamReader
+        handler.data_received(_framed(CHUNK, CHUNK))
         handler.connection_lost(None)
-        return hooked, handler.lg_body is None and type(content) is StreamReader
+        _, content = await handler.read()
+        got: list[bytes] = []
+        try:
+            await wire.read_body(content, lambda d, t: got.append(d), lambda: now[0])
+        except aiohttp.ClientPayloadError as e:
+            return got, e
+        return got, None
 
-    assert asyncio.run(go()) == (True, True)
+    got, cut = asyncio.run(go())
+    assert b"".join(got) == CHUNK * 3
+    assert cut is not None
 
 
 def test_an_error_answer_is_not_hooked_and_reads_as_usual() -> None:

@@ -160,13 +160,14 @@ class StampingHandler(ResponseHandler):
         super().feed_data(data, size)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        # A body not read yet keeps its reads: its task may just be late (a loaded loop), and
+        # ``read_body`` then hands them over before raising the cut. (One that is never read
+        # goes with this protocol.)
         body = self.lg_body
-        if body is not None and not body.reading:
-            release(body.content)  # its request ended before reading it: nothing is kept for it
         super().connection_lost(exc)
         # A body the parser gave up on (a chunk size that is not hex, say) is left by aiohttp
         # neither ended nor failed, and its reader would wait for a timeout: it fails now.
-        content = body.content if body is not None and body.reading else None
+        content = body.content if body is not None else None
         if content is not None and not content.is_eof() and content.exception() is None:
             why = self.exception() or exc
             content.set_exception(aiohttp.ClientPayloadError(f"Response payload is not completed: {why!r}"))
