@@ -3,7 +3,7 @@ simulator gives the same records: every field but the times (and the run's start
 every instant) is equal, request by request.
 
 The traffic: multi-turn chat sessions (answers sent back, so connections are reused between
-turns), text kept, and a run where every request meets a fault of the simulator's (an error
+turns), text kept, and runs where every request meets a fault of the simulator's (an error
 status with Retry-After, a cut stream, a malformed event), so failure records are compared too.
 """
 
@@ -41,8 +41,14 @@ def _run(tmp_path: Path, transport: str, faults: str, n: int) -> tuple[list[dict
         server = SimServer(FixedModel(ttft_s=0.004, itl_s=0.002 if faults else 0.0005), cfg)
         url = await server.start()
         try:
-            wl = load_workload("chat-multiturn", seed=11, overrides={"turns": 3, "think": 0.01, "output_tokens": 12})
-            offs = offsets_ns(Arrival("poisson", rate=200.0), 5, count=n)
+            # The simulator draws a request's fault by the order requests reach it, which for later
+            # turns (or close arrivals) is timing's: with faults, one turn each, 50 ms apart (an
+            # answer takes ~30 ms), so the order, and each request's fault, is the schedule's.
+            turns, arrival = (1, Arrival("constant", rate=20.0)) if faults else (3, Arrival("poisson", rate=200.0))
+            wl = load_workload(
+                "chat-multiturn", seed=11, overrides={"turns": turns, "think": 0.01, "output_tokens": 12}
+            )
+            offs = offsets_ns(arrival, 5, count=n)
             engine_cfg = EngineConfig(url=url, model="sim", run_id="eq", keep_text=True, transport=transport)
             path = tmp_path / f"{transport}.arrows"
             with RecordWriter(path) as w:
