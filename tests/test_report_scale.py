@@ -271,3 +271,29 @@ def test_interval_percentiles_are_the_histograms_own_without_building_one() -> N
     for p, got in timeseries_module._percentiles(sp, 10, (1, 50, 99, 100)).items():
         want = [hist_percentile(sp.hist(i), p) if sp.hist(i).get_total_count() else -1 for i in range(10)]
         assert got.tolist() == want
+
+
+def test_ranks_in_crowded_buckets_are_found_by_narrowing_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(selection, "_GATHER", 16)  # no bucket may be gathered whole: each is narrowed first
+    rng = np.random.default_rng(11)
+    crowded = np.concatenate([np.full(300, 7.25), np.full(200, -0.0), np.full(50, 0.0), -rng.lognormal(0, 1, 300)])
+    blocks = [(crowded[i::3], rng.integers(1, 4, crowded[i::3].size)) for i in range(3)] + [
+        (rng.normal(7.25, 1e-9, 400), None)
+    ]
+    expanded = np.sort(np.concatenate([np.repeat(v, 1 if k is None else k) for v, k in blocks]))
+    ranks = np.arange(expanded.size)
+    got = selection.order_statistics(blocks.copy, ranks)
+    assert np.array_equal(got, expanded)  # (-0.0 and 0.0 are equal: a sort puts them in any order)
+
+
+def test_a_report_run_again_leaves_the_annotated_file_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pq.write_table(varied_table(300).replace_schema_metadata(file_metadata()), tmp_path / PARQUET_NAME)
+    (tmp_path / "run.json").write_bytes(orjson.dumps({"run_id": "r", "settings": {"warmup_s": 1.0}}))
+    annotate_run(tmp_path)
+    first = (tmp_path / PARQUET_NAME).read_bytes()
+    written: list[Path] = []
+    monkeypatch.setattr("loadgen.analysis.annotate.annotate", lambda run, *a, **kw: written.append(run))
+    annotate_run(tmp_path)
+    assert written == [] and (tmp_path / PARQUET_NAME).read_bytes() == first  # the same annotation: not rewritten
+    annotate_run(tmp_path, choose_window(read_records(tmp_path), warmup_s=2.0))
+    assert written == [tmp_path]  # another window: another annotation

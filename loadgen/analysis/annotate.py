@@ -24,11 +24,13 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, int_column
 from loadgen.analysis.window import Window, choose_window
-from loadgen.record_annotation import METADATA_PREFIX, annotate
-from loadgen.records import PARQUET_NAME, read_records, read_run_meta
+from loadgen.record_annotation import DERIVED, DERIVED_SCHEMA, METADATA_PREFIX, annotate
+from loadgen.record_version import VERSION_KEY, parse_version, version_of
+from loadgen.records import PARQUET_NAME, SCHEMA, SCHEMA_VERSION, file_metadata, read_records, read_run_meta
 
 __all__ = ["Annotation", "annotation", "annotate_run", "report_windows", "PERCENTILE_RULE", "EXAMPLE_QUERY"]
 
@@ -110,7 +112,31 @@ def annotate_run(
     chosen = windows if windows is not None else report_windows(meta, records)
     run_id = meta.get("run_id")
     a = annotation(records, chosen, sweep="points" in meta, run_id=run_id if isinstance(run_id, str) else None)
+    if _holds(run / PARQUET_NAME, a):  # a report run again: the same bytes would be written
+        return run / PARQUET_NAME
     return annotate(run, a.in_window, a.metadata, a.derived, table=records)  # the file is not read again
+
+
+def _holds(path: Path, a: Annotation) -> bool:
+    """Whether the file already holds annotation ``a`` exactly, as ``annotate`` would write it:
+    the records' columns in ``SCHEMA``'s types, the derived columns equal value for value, the
+    same key-value metadata (this loadgen's version included). Reads the footer, then (only
+    then) the derived columns."""
+    try:
+        schema = pq.read_schema(path)
+        version = max(version_of(schema.metadata), SCHEMA_VERSION, key=parse_version)
+        want = {**file_metadata(), VERSION_KEY: version, **a.metadata}
+        found = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items() if not k.startswith(b"ARROW:")}
+        names = [n for n in schema.names if n not in DERIVED]
+        if found != want or schema.names != [*names, *DERIVED] or names[: len(SCHEMA)] != SCHEMA.names:
+            return False
+        if any(not schema.field(f.name).type.equals(f.type) for f in [*SCHEMA, *DERIVED_SCHEMA]):
+            return False
+        held = pq.read_table(path, columns=list(DERIVED))
+    except (pa.ArrowException, OSError, ValueError):
+        return False
+    derived = {"in_window": pa.array(a.in_window, pa.bool_()), **a.derived}
+    return all(held.column(name).combine_chunks().equals(derived[name]) for name in DERIVED if name in derived)
 
 
 def report_windows(meta: Mapping[str, Any], table: pa.Table) -> Window | dict[int, Window]:

@@ -153,7 +153,7 @@ class Cols:
             "session",
             "turn",
         )
-        return cls(
+        cols = cls(
             n=n,
             t_sched=int_column(table, "t_sched")[0],
             t={k: int_column(table, k) for k in ("t_sent", "t_first", "t_last", "t_done")},
@@ -168,6 +168,9 @@ class Cols:
             c_len=lens,
             c_parts=parts,
         )
+        for name in _CODED:
+            cols.memo[("codes", name)] = _codes(table, name)
+        return cols
 
     def observed_end_ns(self) -> int:
         """The end of the records' observation: the latest instant any of them holds
@@ -198,6 +201,19 @@ def _strings(table: pa.Table, name: str) -> Objects:
     if name not in table.column_names:
         return np.full(table.num_rows, None, dtype=np.object_)
     return np.asarray(table.column(name).to_numpy(), dtype=np.object_)
+
+
+_CODED = ("status", "output_tokens_source", "finish_reason")  # string columns counted by value (outcomes)
+
+
+def _codes(table: pa.Table, name: str) -> tuple[Ints, list[str]]:
+    """A string column as (per row: the index of its value in the list, -1 where null; the
+    distinct values, in the order they first occur), by Arrow's dictionary encoding."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, -1, dtype=np.int64), []
+    enc = table.column(name).combine_chunks().dictionary_encode()
+    codes = pc.fill_null(enc.indices, pa.scalar(-1, enc.indices.type)).to_numpy(zero_copy_only=False)
+    return np.asarray(codes, dtype=np.int64), [str(v) for v in enc.dictionary.to_pylist()]
 
 
 _CACHE: dict[int, tuple[weakref.ref[pa.Table], Cols]] = {}
@@ -288,8 +304,14 @@ def chunk_blocks(c: Cols, rows: Mask | None = None, size: int = _BLOCK_CHUNKS) -
         if rows is not None:
             sel = rows[a:b]
             if not sel.all():
-                keep = sel[owner]
-                owner, ns, tok = owner[keep], ns[keep], tok[keep]
+                run = np.flatnonzero(sel)
+                if run.size and run[-1] - run[0] + 1 == run.size:  # one run of rows (a window of sorted rows)
+                    first, last = int(run[0]), int(run[-1]) + 1
+                    lo_c, hi_c = int(start[a + first] - start[a]), int(start[a + last] - start[a])
+                    owner, ns, tok = owner[lo_c:hi_c], ns[lo_c:hi_c], tok[lo_c:hi_c]
+                else:
+                    keep = sel[owner]
+                    owner, ns, tok = owner[keep], ns[keep], tok[keep]
         if owner.size:
             yield ChunkBlock(a, owner, ns, tok)
 
@@ -325,14 +347,17 @@ def itl_icl(c: Cols, rows: Mask) -> tuple[Floats, Floats]:
 def itl_icl_blocks(c: Cols, rows: Mask | None) -> Iterator[tuple[tuple[Floats, Tokens], Floats]]:
     """Per block of ``chunk_blocks``: ((ITL value g/k per token-carrying chunk with a previous
     one, its k: that many samples), ICL gaps), in ms, as ``itl_icl`` defines them."""
+    every = c.once("every_chunk_has_tokens", lambda: all(bool((tok > 0).all()) for _, _, tok in c.c_parts))
     for b in chunk_blocks(c, rows):
+        if every:  # every chunk carries tokens: the ITL gaps are the ICL ones
+            later = b.owner[1:] == b.owner[:-1]  # each chunk but a request's first: its gap to the one before
+            icl = np.diff(b.ns)[later] / 1e6
+            k = b.tok[1:][later]
+            yield (icl / k, k), icl
+            continue
         gap, has_prev = gaps(b.owner, b.ns)
         icl = gap[has_prev] / 1e6
         t = b.tok > 0
-        if t.all():  # every chunk carries tokens: the ITL gaps are the ICL ones
-            k = b.tok[has_prev]
-            yield (icl / k, k), icl
-            continue
         gap, has_prev = gaps(b.owner[t], b.ns[t])
         k = b.tok[t][has_prev]
         yield (gap[has_prev] / 1e6 / k, k), icl

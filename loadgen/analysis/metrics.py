@@ -21,7 +21,7 @@ attainment count every request that did not finish ok, ``not_sent`` included, as
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -40,7 +40,7 @@ from loadgen.analysis.columns import (
     itl_icl_blocks,
 )
 from loadgen.analysis.outcomes import error_fields, status_counts, token_count_fields, value_counts
-from loadgen.analysis.selection import describe_many, order_statistics, sample_size
+from loadgen.analysis.selection import FirstPass, describe_many, first_passes, order_statistics
 from loadgen.analysis.stats import PERCENTILES, Dist, describe, json_number
 from loadgen.analysis.tokens import token_fields
 from loadgen.analysis.window import MetricsError, Window, choose_window
@@ -57,8 +57,8 @@ class LatencySamples(Mapping[str, Floats]):
 
     KINDS = ("ttft", "ttft_censored", "itl")
 
-    def __init__(self, c: Cols, rows: Mask) -> None:
-        self._c, self._rows = c, rows
+    def __init__(self, c: Cols, window: Window) -> None:
+        self._c, self._window, self._rows = c, window, window.contains(c.t_sched)
         self._got: dict[str, Floats] = {}
 
     def __getitem__(self, kind: str) -> Floats:
@@ -81,7 +81,8 @@ class LatencySamples(Mapping[str, Floats]):
         """How many samples of ``kind`` are finite and > 0 (what a CDF on a log axis draws)."""
         if kind != "itl":
             return int(np.count_nonzero(np.isfinite(self[kind]) & (self[kind] > 0)))
-        return sample_size(self._positive_itl)
+        first = _itl_icl_first(self._c, self._window)[0]
+        return first.n - first.not_positive
 
     def positive_at(self, kind: str, ranks: Sequence[int] | NDArray[np.integer[Any]]) -> Floats:
         """The finite, > 0 samples of ``kind`` at the 0-based ``ranks`` of their ascending order:
@@ -89,12 +90,13 @@ class LatencySamples(Mapping[str, Floats]):
         if kind != "itl":
             x = self[kind]
             return np.asarray(x[np.isfinite(x) & (x > 0)][np.asarray(ranks, dtype=np.int64)], dtype=np.float64)
-        return order_statistics(self._positive_itl, ranks)
+        first = _itl_icl_first(self._c, self._window)[0]  # the summary's first pass: ITL has no NaN nor inf
+        at = np.asarray(ranks, dtype=np.int64) + first.not_positive  # the positive samples come last
+        return order_statistics(self._itl, at, first)
 
-    def _positive_itl(self) -> Iterator[tuple[Floats, Tokens]]:
-        for (v, k), _ in itl_icl_blocks(self._c, self._rows):
-            keep = np.isfinite(v) & (v > 0)
-            yield v[keep], k[keep]
+    def _itl(self) -> Iterator[tuple[Floats, Tokens]]:
+        for itl, _ in itl_icl_blocks(self._c, self._rows):
+            yield itl
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.KINDS)
@@ -108,8 +110,7 @@ def latency_samples(table: pa.Table, window: Window) -> LatencySamples:
     folds into its percentiles (for CDF charts): ``ttft`` (exact, per request), ``ttft_censored``
     (requests without a first token: at least this long) and ``itl`` (per token), each computed
     when first read."""
-    c = Cols.of(table)
-    return LatencySamples(c, window.contains(c.t_sched))
+    return LatencySamples(Cols.of(table), window)
 
 
 def _sorted(x: Floats) -> Floats:
@@ -283,7 +284,7 @@ def _summarize(table: pa.Table, c: Cols, w: Window, slo: SLO | None) -> Summary:
         not_sent=counts.get("not_sent", 0),
         window_s=w.length_s,
         success_pct=_pct(counts.get("ok", 0), n_in),
-        **_latency_fields(c, lat, inwin),
+        **_latency_fields(c, lat, w),
         **_throughput_fields(c, w, inwin),
         **_slo_fields(c, w, inwin, met),
         **token_count_fields(c, inwin, okw),
@@ -292,12 +293,13 @@ def _summarize(table: pa.Table, c: Cols, w: Window, slo: SLO | None) -> Summary:
     )
 
 
-def _latency_fields(c: Cols, lat: Latencies, inwin: Mask) -> dict[str, Any]:
+def _latency_fields(c: Cols, lat: Latencies, w: Window) -> dict[str, Any]:
     """The latency Dists over every request scheduled in the window, censored where due."""
+    inwin = w.contains(c.t_sched)
     tp = lat.tpot[inwin]
     tp = tp[~np.isnan(tp)]
-    # ITL (g/k, k samples each) and ICL from one walk of the chunks (twice: stats.describe_many)
-    itl, icl = describe_many(lambda: (((v, k), (gap, None)) for (v, k), gap in itl_icl_blocks(c, inwin)), 2)
+    # ITL (g/k, k samples each) and ICL from the same walks of the chunks (selection.describe_many)
+    itl, icl = describe_many(_itl_icl_walk(c, inwin), 2, firsts=_itl_icl_first(c, w))
     return dict(
         schedule_lag=_dist(lat.lag, lat.lag_c, inwin),
         ttft=_dist(lat.ttft, lat.ttft_c, inwin),
@@ -308,6 +310,17 @@ def _latency_fields(c: Cols, lat: Latencies, inwin: Mask) -> dict[str, Any]:
         icl=icl,
         per_user_tps=describe(1000.0 / tp[tp > 0], percentiles=SPEED_PERCENTILES),
     )
+
+
+def _itl_icl_walk(c: Cols, rows: Mask) -> Callable[[], Iterator[tuple[tuple[Floats, Tokens], tuple[Floats, None]]]]:
+    """The blocks of ``selection.describe_many`` for ITL (g/k, k samples each) and ICL of ``rows``."""
+    return lambda: (((v, k), (gap, None)) for (v, k), gap in itl_icl_blocks(c, rows))
+
+
+def _itl_icl_first(c: Cols, w: Window) -> list[FirstPass]:
+    """ITL's and ICL's first pass over the window's chunks, once per table and window: the
+    summary's Dists and a CDF's steps (``LatencySamples``) both start from it."""
+    return c.once(("itl_icl_first", w), lambda: first_passes(_itl_icl_walk(c, w.contains(c.t_sched)), 2))
 
 
 def _dist(exact: Floats, censored: Floats, rows: Mask) -> Dist:

@@ -242,9 +242,11 @@ def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tupl
     listed = pc.sum(pc.list_value_length(table.column("chunk_tokens"))).as_py() or 0
     c = Cols.of(table)  # the table's chunk columns, converted once (analysis.columns)
     for b in chunk_blocks(c):
-        inwin = (b.ns >= w.start_ns) & (b.ns < w.end_ns)
-        tok = b.tok[inwin] if listed == c.chunks else np.ones(int(inwin.sum()), dtype=np.int64)
-        per += np.histogram(b.ns[inwin], bins=edges, weights=tok.astype(np.float64))[0]
+        # np.histogram's bins: edges[i] <= ns < edges[i + 1] (as floats); ns < end_ns leaves out the last edge
+        at = np.searchsorted(edges, b.ns.astype(np.float64), side="right") - 1
+        inwin = (b.ns >= w.start_ns) & (b.ns < w.end_ns) & (at >= 0) & (at < _BATCHES)
+        tok = b.tok[inwin] if listed == c.chunks else None
+        per += np.bincount(at[inwin], weights=None if tok is None else tok.astype(np.float64), minlength=_BATCHES)
     per /= w.length_s / _BATCHES
     m, sd = float(per.mean()), float(per.std(ddof=1))
     half = float(_sps.t.ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,7 +22,7 @@ from scipy import stats as _sps
 
 from loadgen.analysis.stats import PERCENTILES, Dist, Floats, ci_ranks, describe, dist_from_ranks, pct_key
 
-__all__ = ["Blocks", "describe_blocks", "describe_many", "order_statistics", "sample_size"]
+__all__ = ["Blocks", "FirstPass", "describe_blocks", "describe_many", "first_passes", "order_statistics", "sample_size"]
 
 _INF = float("inf")
 
@@ -32,16 +32,31 @@ Blocks: TypeAlias = Callable[[], Iterable[tuple[Floats, NDArray[np.integer[Any]]
 
 _KEY_SHIFT = 44  # value buckets of describe_blocks: the top 20 bits of a float's ordered bits
 _KEYS = 1 << (64 - _KEY_SHIFT)
+_STEP = 12  # bits a refining pass adds to a bucket's key (4,096 sub-buckets each)
+_REFINE = 1024  # buckets refined in one pass at most (their sub-bucket counts: 4 Mi)
+_SIGNLESS = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def _ordered(v: Floats) -> NDArray[np.int64]:
+    """Per value, its float's bits made order-preserving as an int64 (a negative value's bits
+    count down: flipped); the transform is its own inverse."""
+    i = v.view(np.int64)
+    if i.size and i.min() < 0:  # a negative value (a chunk out of order)
+        i = np.where(i < 0, i ^ _SIGNLESS, i)
+    return i
 
 
 def _bucket_keys(v: Floats) -> NDArray[np.int64]:
-    """Per value, its bucket: the float's bits made order-preserving as an int64, top bits
-    kept (2**-8 of a value wide), shifted to 0.."""
-    i = v.view(np.int64)
-    if i.size and i.min() < 0:  # a negative value (a chunk out of order): its bits count down
-        i = np.where(i < 0, i ^ np.int64(0x7FFFFFFFFFFFFFFF), i)
-    out: NDArray[np.int64] = (i >> _KEY_SHIFT) + (_KEYS // 2)
+    """Per value, its bucket: the top 20 of its ordered bits (2**-8 of a value wide), shifted to 0.."""
+    out: NDArray[np.int64] = (_ordered(v) >> _KEY_SHIFT) + (_KEYS // 2)
     return out
+
+
+def _value_of(key: int) -> float:
+    """The float whose ordered bits are ``key`` (a bucket at shift 0 holds that one value)."""
+    bits = np.array([key], dtype=np.int64)
+    bits = np.where(bits < 0, bits ^ _SIGNLESS, bits)
+    return float(bits.view(np.float64)[0])
 
 
 def _weights(v: Floats, w: NDArray[np.integer[Any]] | None) -> NDArray[np.int64]:
@@ -62,13 +77,13 @@ def describe_many(
     count: int,
     confidence: float = 0.95,
     percentiles: tuple[float, ...] = PERCENTILES,
+    firsts: list[FirstPass] | None = None,
 ) -> list[Dist]:
     """``describe_blocks`` of ``count`` samples fed together: each block of ``blocks()`` is a
-    sequence of ``count`` (values, weights), one per sample (two passes over the blocks in all)."""
-    firsts = [_FirstPass() for _ in range(count)]
-    for block in blocks():
-        for acc, (v, w) in zip(firsts, block, strict=True):
-            acc.add(*_clean_weighted(v, w))
+    sequence of ``count`` (values, weights), one per sample (two passes over the blocks in all,
+    more only where many samples share a narrow bucket). ``firsts``: ``first_passes`` of these
+    very blocks, taken before (a figure that needs the same sample again shares them)."""
+    firsts = firsts if firsts is not None else first_passes(blocks, count)
     ranks = [{pct_key(p): ci_ranks(a.n, p, confidence) for p in percentiles} if a.n else {} for a in firsts]
     wanted = [
         sorted({r for rs in rk.values() for r in rs if 0 < r < a.n - 1}) for a, rk in zip(firsts, ranks, strict=True)
@@ -84,22 +99,35 @@ def describe_many(
     return out
 
 
+def first_passes(
+    blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]], count: int
+) -> list[FirstPass]:
+    """The first pass of ``describe_many`` over ``count`` samples fed together (one walk)."""
+    firsts = [FirstPass() for _ in range(count)]
+    for block in blocks():
+        for acc, (v, w) in zip(firsts, block, strict=True):
+            acc.add(*_clean_weighted(v, w))
+    return firsts
+
+
 def sample_size(blocks: Blocks) -> int:
     """How many samples the weighted sample ``blocks()`` holds (NaNs and weights <= 0 left out)."""
     return sum(_size(*_clean_weighted(v, w)) for v, w in blocks())
 
 
-def _size(v: Floats, k: NDArray[np.int64] | None) -> int:
+def _size(v: Floats, k: NDArray[np.integer[Any]] | None) -> int:
     return v.size if k is None else int(k.sum())
 
 
-def order_statistics(blocks: Blocks, ranks: Sequence[int] | NDArray[np.integer[Any]]) -> Floats:
+def order_statistics(
+    blocks: Blocks, ranks: Sequence[int] | NDArray[np.integer[Any]], first: FirstPass | None = None
+) -> Floats:
     """The values at the 0-based ``ranks`` of the weighted sample ``blocks()`` sorted ascending
-    (each as ``np.sort`` of the expanded sample would hold it; two passes, nothing expanded).
-    A rank outside the sample is an IndexError."""
-    first = _FirstPass()
-    for v, w in blocks():
-        first.add(*_clean_weighted(v, w))
+    (each as ``np.sort`` of the expanded sample would hold it; nothing expanded, nothing sorted
+    whole). ``first``: the sample's ``first_passes``, taken before (else one more pass). A rank
+    outside the sample is an IndexError."""
+    if first is None:
+        first = first_passes(lambda: ([b] for b in blocks()), 1)[0]
     want = sorted({int(r) for r in ranks})
     if want and not (0 <= want[0] and want[-1] < first.n):
         raise IndexError(f"ranks {want[0]}..{want[-1]} outside a sample of {first.n}")
@@ -109,25 +137,25 @@ def order_statistics(blocks: Blocks, ranks: Sequence[int] | NDArray[np.integer[A
     return np.array([at[int(r)] for r in ranks], dtype=np.float64)
 
 
-def _clean_weighted(v: Floats, w: NDArray[np.integer[Any]] | None) -> tuple[Floats, NDArray[np.int64] | None]:
+def _clean_weighted(v: Floats, w: NDArray[np.integer[Any]] | None) -> tuple[Floats, NDArray[np.integer[Any]] | None]:
     """The (value, weight) pairs that are samples: no NaN, weight > 0 (None: each weighs 1)."""
-    if w is None:
-        nan = np.isnan(v)
-        return (v[~nan], None) if nan.any() else (v, None)
-    k = np.asarray(w, dtype=np.int64)
-    keep = ~np.isnan(v) & (k > 0)
-    return (v, k) if keep.all() else (v[keep], k[keep])
+    k = None if w is None else np.asarray(w)
+    if v.size == 0 or (not math.isnan(v.min()) and (k is None or k.min() > 0)):  # (min is NaN if any is)
+        return v, k
+    keep = ~np.isnan(v) if k is None else ~np.isnan(v) & (k > 0)
+    return v[keep], (None if k is None else k[keep])
 
 
-class _FirstPass:
-    """Counts per value bucket, and the count, mean, squared deviations and extremes, of a
-    weighted sample fed block by block."""
+class FirstPass:
+    """Counts per value bucket, and the count, mean, squared deviations, extremes and samples
+    <= 0 (``not_positive``), of a weighted sample fed block by block."""
 
     def __init__(self) -> None:
         self.counts = np.zeros(_KEYS, dtype=np.int64)
         self.n, self.mean, self.m2, self.lo, self.hi = 0, 0.0, 0.0, _INF, -_INF
+        self.not_positive = 0
 
-    def add(self, v: Floats, k: NDArray[np.int64] | None) -> None:
+    def add(self, v: Floats, k: NDArray[np.integer[Any]] | None) -> None:
         if v.size == 0:
             return
         if k is None:
@@ -136,91 +164,190 @@ class _FirstPass:
             bmean = float(v.sum() / bn)
             bm2 = float(np.square(v - bmean).sum())
         else:
-            self.counts += np.bincount(_bucket_keys(v), weights=k, minlength=_KEYS).astype(np.int64)
+            kf = k.astype(np.float64)  # (each product below casts to it anyway: once here)
+            self.counts += np.bincount(_bucket_keys(v), weights=kf, minlength=_KEYS).astype(np.int64)
             bn = int(k.sum())
-            bmean = float(np.dot(v, k) / bn)
-            bm2 = float(np.dot(k, (v - bmean) ** 2))
+            bmean = float(np.dot(v, kf) / bn)
+            bm2 = float(np.dot(kf, (v - bmean) ** 2))
         total = self.n + bn
         delta = bmean - self.mean
         self.mean += delta * bn / total
         self.m2 += bm2 + delta * delta * self.n * bn / total
         self.n = total
         self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
+        if self.lo <= 0:
+            low = v <= 0
+            self.not_positive += int(low.sum()) if k is None else int(k[low].sum())
 
 
-_GATHER = 1 << 23  # samples gathered in one pass at most (beyond: the buckets in several passes)
+_GATHER = 1 << 20  # samples gathered in one pass at most (beyond: their buckets refined first)
+
+
+class _Target(NamedTuple):
+    """A wanted rank on its way down: the bucket that holds it (its ordered bits >> ``shift``),
+    its rank within that bucket, and the bucket's samples."""
+
+    rank: int
+    shift: int
+    key: int
+    within: int
+    size: int
 
 
 def _order_statistics(
     blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]],
-    firsts: list[_FirstPass],
+    firsts: list[FirstPass],
     wanted: list[list[int]],
 ) -> list[dict[int, float]]:
     """Per sample, the values at its 0-based ranks ``wanted``, from its counts per bucket
-    (``_bucket_keys``): another pass gathers the few buckets that hold them (a pass per
-    ``_GATHER`` samples of them, so many ranks, a CDF's, never gather the whole sample), and
-    each rank is selected (``np.partition``) within its bucket's samples."""
-    plans = [_plan(a, want) for a, want in zip(firsts, wanted, strict=True)]
+    (``_bucket_keys``). Each further pass over the blocks either gathers the samples of the
+    buckets that hold the ranks, when they are few (``_GATHER`` at most), and selects each rank
+    there (``np.partition``), or counts those buckets' samples by 12 more bits (``_STEP``), so
+    the next pass looks into narrower buckets; a bucket 0 bits wide is one value. A CDF's 400
+    ranks of a hundred million samples take two passes after the first, never a gather of the
+    whole sample."""
     out: list[dict[int, float]] = [{} for _ in firsts]
-    for step in range(max((len(p[2]) for p in plans), default=0)):
-        todo = [(i, p[2][step]) for i, p in enumerate(plans) if step < len(p[2])]
-        got: dict[int, list[tuple[Floats, NDArray[np.int64], NDArray[np.int16]]]] = {i: [] for i, _ in todo}
-        for block in blocks():
-            for i, (_, local) in todo:
-                v, k = _clean_weighted(*block[i])
-                at = local[_bucket_keys(v)]
-                hit = at >= 0
-                got[i].append((v[hit], k[hit] if k is not None else np.ones(int(hit.sum()), np.int64), at[hit]))
-        for i, (need, _) in todo:
-            out[i] |= _select(got[i], need, firsts[i].counts, plans[i][0], plans[i][1])
+    todo = {i: _first_targets(a, want) for i, (a, want) in enumerate(zip(firsts, wanted, strict=True)) if want}
+    while todo:
+        jobs: dict[int, _Job] = {}
+        for i, targets in list(todo.items()):
+            exact = [t for t in targets if t.shift == 0]  # a bucket of one value: no pass needed
+            out[i] |= {t.rank: _value_of(t.key) for t in exact}
+            targets = [t for t in targets if t.shift > 0]
+            if not targets:
+                del todo[i]
+                continue
+            todo[i] = targets
+            shift = max(t.shift for t in targets)
+            sizes = {t.key: t.size for t in targets if t.shift == shift}
+            keys = sorted(sizes)
+            gather = sum(sizes.values()) <= _GATHER
+            jobs[i] = _Job(shift, np.asarray(keys if gather else keys[:_REFINE], dtype=np.int64), gather)
+        if not jobs:
+            break
+        found = _one_pass(blocks, jobs)
+        for i, job in jobs.items():
+            todo[i] = _next_targets(todo[i], job, found[i], out[i])
     return out
 
 
-def _plan(
-    a: _FirstPass, want: list[int]
-) -> tuple[NDArray[np.int64], dict[int, list[int]], list[tuple[NDArray[np.int64], NDArray[np.int16]]]]:
-    """(each bucket's cumulative count, the wanted ranks by bucket, the passes: per pass its
-    buckets and the map bucket -> place among them, -1 elsewhere)."""
+class _Job(NamedTuple):
+    """One sample's share of a pass: gather (or refine) the buckets ``keys`` at ``shift``."""
+
+    shift: int
+    keys: NDArray[np.int64]
+    gather: bool
+
+
+def _first_targets(a: FirstPass, want: list[int]) -> list[_Target]:
     ends = np.cumsum(a.counts)
-    where = np.searchsorted(ends, np.asarray(want, dtype=np.int64), side="right")  # the bucket of each rank
-    by_bucket: dict[int, list[int]] = {}
-    for r, b in zip(want, where.tolist(), strict=True):
-        by_bucket.setdefault(b, []).append(r)
-    need = np.unique(where).astype(np.int64)
-    passes, start, held = [], 0, 0
-    for j, size in enumerate(a.counts[need].tolist() + [0]):
-        if j == need.size or (held + size > _GATHER and j > start) or j - start >= 30000:
-            if j > start:
-                part = need[start:j]
-                local = np.full(_KEYS, -1, dtype=np.int16)  # bucket -> its place among this pass's
-                local[part] = np.arange(part.size, dtype=np.int16)
-                passes.append((part, local))
-            start, held = j, 0
-        held += size
-    return ends, by_bucket, passes
+    where = np.searchsorted(ends, np.asarray(want, dtype=np.int64), side="right").tolist()
+    counts = a.counts.tolist()
+    return [
+        _Target(r, _KEY_SHIFT, b - _KEYS // 2, r - int(ends[b] - counts[b]), counts[b])
+        for r, b in zip(want, where, strict=True)
+    ]
+
+
+def _slots(o: NDArray[np.int64], job: _Job, maps: tuple[Any, Any]) -> tuple[NDArray[np.int64], Any]:
+    """(each sample's place among the job's buckets, which samples: those in one of them)."""
+    local, fine = maps
+    at = local[(o >> _KEY_SHIFT) + (_KEYS // 2)]  # the first-pass bucket's place, -1: none wanted
+    if job.shift == _KEY_SHIFT:
+        sel = at >= 0
+        return at[sel].astype(np.int64), sel
+    pre = np.flatnonzero(at >= 0)
+    if fine is not None:  # one step below the first pass: a table per first-pass bucket
+        sub = (o[pre] >> job.shift) & ((1 << _STEP) - 1)
+        place = fine[at[pre].astype(np.int64) << _STEP | sub]
+        hit = place >= 0
+        return place[hit].astype(np.int64), pre[hit]
+    key = o[pre] >> job.shift
+    idx = np.minimum(np.searchsorted(job.keys, key), job.keys.size - 1)
+    hit = job.keys[idx] == key
+    return idx[hit], pre[hit]
+
+
+def _maps(job: _Job) -> tuple[Any, Any]:
+    """(first-pass bucket -> its place among those holding the job's buckets, -1 elsewhere;
+    one step below: (that place, sub-bucket) -> the job's bucket's place, else None)."""
+    coarse = job.keys >> (_KEY_SHIFT - job.shift)
+    parents = np.unique(coarse)
+    local = np.full(_KEYS, -1, dtype=np.int32)
+    local[parents + _KEYS // 2] = np.arange(parents.size, dtype=np.int32)
+    if job.shift != _KEY_SHIFT - _STEP:
+        return local, None
+    fine = np.full(parents.size << _STEP, -1, dtype=np.int32)
+    fine[np.searchsorted(parents, coarse) << _STEP | (job.keys & ((1 << _STEP) - 1))] = np.arange(
+        job.keys.size, dtype=np.int32
+    )
+    return local, fine
+
+
+def _one_pass(
+    blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]],
+    jobs: dict[int, _Job],
+) -> dict[int, Any]:
+    """One walk of the blocks doing every job: per sample, the gathered (values, weights, bucket
+    place) pieces, or the refined counts (per bucket place, 2**bits sub-buckets)."""
+    maps = {i: _maps(job) for i, job in jobs.items()}
+    pieces: dict[int, list[tuple[Floats, NDArray[np.int64], NDArray[np.integer[Any]]]]] = {i: [] for i in jobs}
+    counts = {i: np.zeros(j.keys.size << min(_STEP, j.shift), dtype=np.int64) for i, j in jobs.items() if not j.gather}
+    for block in blocks():
+        for i, job in jobs.items():
+            v, k = _clean_weighted(*block[i])
+            o = _ordered(v)
+            slot, sel = _slots(o, job, maps[i])
+            if job.gather:
+                w = k[sel] if k is not None else np.ones(slot.size, dtype=np.int64)
+                pieces[i].append((v[sel], w, slot.astype(np.int16) if job.keys.size < 1 << 15 else slot))
+                continue
+            bits = min(_STEP, job.shift)
+            sub = slot << bits | ((o[sel] >> (job.shift - bits)) & ((1 << bits) - 1))
+            got = np.bincount(sub, weights=None if k is None else k[sel], minlength=counts[i].size)
+            counts[i] += got.astype(np.int64) if k is not None else got
+    return {i: (pieces[i] if job.gather else counts[i]) for i, job in jobs.items()}
+
+
+def _next_targets(targets: list[_Target], job: _Job, found: Any, out: dict[int, float]) -> list[_Target]:
+    """The targets after a pass: a gathered one's value put in ``out``; a refined one in its
+    sub-bucket; the others as they were."""
+    place = {k: j for j, k in enumerate(job.keys.tolist())}
+    mine = [t for t in targets if t.shift == job.shift and t.key in place]
+    rest = [t for t in targets if not (t.shift == job.shift and t.key in place)]
+    if job.gather:
+        out |= _select(found, mine, place)
+        return rest
+    bits = min(_STEP, job.shift)
+    for t in mine:
+        row = found[place[t.key] << bits : (place[t.key] + 1) << bits]
+        cum = np.cumsum(row)
+        c = int(np.searchsorted(cum, t.within, side="right"))
+        rest.append(_Target(t.rank, t.shift - bits, t.key << bits | c, t.within - int(cum[c] - row[c]), int(row[c])))
+    return rest
 
 
 def _select(
-    got: list[tuple[Floats, NDArray[np.int64], NDArray[np.int16]]],
-    need: NDArray[np.int64],
-    counts: NDArray[np.int64],
-    ends: NDArray[np.int64],
-    by_bucket: dict[int, list[int]],
+    got: list[tuple[Floats, NDArray[np.int64], NDArray[np.integer[Any]]]], targets: list[_Target], place: dict[int, int]
 ) -> dict[int, float]:
-    """The wanted ranks' values from the gathered samples of the buckets ``need``."""
+    """The targets' values from the gathered samples of their buckets."""
+    if not got:
+        return {}
     v = np.concatenate([g[0] for g in got])
     k = np.concatenate([g[1] for g in got])
     at = np.concatenate([g[2] for g in got])
-    order = np.argsort(at, kind="stable")  # a radix sort of small ints: the buckets apart
+    order = np.argsort(at, kind="stable")  # the buckets apart (a radix sort of small ints)
     v, k = v[order], k[order]
-    edges = np.searchsorted(at[order], np.arange(need.size + 1))
+    edges = np.searchsorted(at[order], np.arange(len(place) + 1))
+    by_bucket: dict[int, list[_Target]] = {}
+    for t in targets:
+        by_bucket.setdefault(place[t.key], []).append(t)
     found: dict[int, float] = {}
-    for j, b in enumerate(need.tolist()):
-        rs = by_bucket[b]
+    for j, ts in by_bucket.items():
         vb, kb = v[edges[j] : edges[j + 1]], k[edges[j] : edges[j + 1]]
         sample = vb if (kb == 1).all() else np.repeat(vb, kb)  # the bucket's samples, expanded
-        inside = [r - int(ends[b] - counts[b]) for r in rs]  # ranks within the bucket
-        found.update(zip(rs, np.partition(sample, inside)[inside].tolist(), strict=True))
+        inside = [t.within for t in ts]
+        found.update(zip([t.rank for t in ts], np.partition(sample, inside)[inside].tolist(), strict=True))
     return found
 
 
