@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats as _sps
+from loadgen.analysis.distributions import beta_ppf
 
 __all__ = ["Capacity", "attainment_interval", "samples_to_confirm", "capacity_at_slo"]
 
@@ -26,8 +26,8 @@ def attainment_interval(met: int, n: int, confidence: float = 0.95) -> tuple[flo
     if n <= 0:
         return (0.0, 1.0)
     alpha = 1.0 - confidence
-    lo = float(_sps.beta.ppf(alpha, met, n - met + 1)) if met > 0 else 0.0
-    hi = float(_sps.beta.ppf(1 - alpha, met + 1, n - met)) if met < n else 1.0
+    lo = float(beta_ppf(alpha, met, n - met + 1)) if met > 0 else 0.0
+    hi = float(beta_ppf(1 - alpha, met + 1, n - met)) if met < n else 1.0
     return (lo, hi)
 
 

@@ -16,10 +16,10 @@ from typing import Any, TypedDict
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import stats as _sps
 
 from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo
 from loadgen.analysis.columns import Cols, chunk_blocks
+from loadgen.analysis.distributions import t_ppf
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
 from loadgen.analysis.pipeline import PipelineFigures, pipeline_figures, pipeline_view
@@ -249,7 +249,7 @@ def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tupl
         per += np.bincount(at[inwin], weights=None if tok is None else tok.astype(np.float64), minlength=_BATCHES)
     per /= w.length_s / _BATCHES
     m, sd = float(per.mean()), float(per.std(ddof=1))
-    half = float(_sps.t.ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)
+    half = float(t_ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)
     return (max(0.0, m - half), m + half)
 
 

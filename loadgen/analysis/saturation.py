@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats as _sps
-
+from loadgen.analysis.distributions import beta_ppf, chi2_ppf
 from loadgen.analysis.metrics import Summary
 from loadgen.analysis.validity import VALID, Validity, client_caveats, summary_caveats
 
@@ -150,7 +149,7 @@ def _surely_below(served: float, n: int, share: float) -> bool:
     requests or of a window's edges. ``n`` 0 (not known): the point estimate alone."""
     if n <= 0:
         return True
-    return float(_sps.chi2.ppf(0.95, 2 * served + 2)) / 2 < share * n
+    return float(chi2_ppf(0.95, 2 * served + 2)) / 2 < share * n
 
 
 def _surely_above(failed: float, n: int, share: float) -> bool:
@@ -158,7 +157,7 @@ def _surely_above(failed: float, n: int, share: float) -> bool:
     if n <= 0:
         return True
     k = round(failed)
-    return k > 0 and float(_sps.beta.ppf(0.05, k, n - k + 1)) >= share
+    return k > 0 and float(beta_ppf(0.05, k, n - k + 1)) >= share
 
 
 def first_saturated(

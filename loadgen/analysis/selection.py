@@ -18,8 +18,8 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats as _sps
 
+from loadgen.analysis.distributions import t_ppf
 from loadgen.analysis.stats import PERCENTILES, Dist, Floats, ci_ranks, describe, dist_from_ranks, pct_key
 
 __all__ = ["Blocks", "FirstPass", "describe_blocks", "describe_many", "first_passes", "order_statistics", "sample_size"]
@@ -357,5 +357,5 @@ def _mean_ci(n: int, mean: float, m2: float, confidence: float) -> tuple[float, 
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
     if n == 1:
         return (mean, -_INF, _INF)
-    half = float(_sps.t.ppf(0.5 + confidence / 2.0, n - 1)) * math.sqrt(m2 / (n - 1)) / math.sqrt(n)
+    half = float(t_ppf(0.5 + confidence / 2.0, n - 1)) * math.sqrt(m2 / (n - 1)) / math.sqrt(n)
     return (mean, mean - half, mean + half)

@@ -30,7 +30,8 @@ from typing import Any, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats as _sps
+
+from loadgen.analysis.distributions import binom_cdf, binom_ppf, chi2_ppf, t_ppf
 
 __all__ = [
     "PERCENTILES",
@@ -103,11 +104,11 @@ def ci_ranks(n: int, p: float, confidence: float = 0.95) -> tuple[int, int, int]
     q = p / 100.0
     tail = (1.0 - confidence) / 2.0
     # Lower: largest k (= l - 1) with cdf(k) <= tail; ppf gives the smallest with cdf >= tail.
-    k = int(_sps.binom.ppf(tail, n, q))
-    if _sps.binom.cdf(k, n, q) > tail:
+    k = int(binom_ppf(tail, n, q))
+    if binom_cdf(k, n, q) > tail:
         k -= 1
     # Upper: smallest k (= u - 1) with cdf(k) >= 1 - tail; rank u = k + 1 -> index k.
-    ku = int(_sps.binom.ppf(1.0 - tail, n, q))
+    ku = int(binom_ppf(1.0 - tail, n, q))
     return _nearest_rank(n, q), max(k, -1), min(ku, n)
 
 
@@ -142,7 +143,7 @@ def mean_ci(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float, 
     m = float(np.mean(x))
     if n == 1:
         return (m, -_INF, _INF)
-    half = float(_sps.t.ppf(0.5 + confidence / 2.0, n - 1)) * float(np.std(x, ddof=1)) / math.sqrt(n)
+    half = float(t_ppf(0.5 + confidence / 2.0, n - 1)) * float(np.std(x, ddof=1)) / math.sqrt(n)
     return (m, m - half, m + half)
 
 
@@ -163,7 +164,7 @@ def binomial_min_samples(p: float, failures: int, confidence: float) -> int:
     alpha = 1.0 - confidence
 
     def ok(h: int) -> bool:
-        return float(_sps.binom.cdf(t, h + t, 1.0 - p)) <= alpha
+        return float(binom_cdf(t, h + t, 1.0 - p)) <= alpha
 
     lo, hi = 0, 1  # h = 0 never qualifies (the probability is 1)
     while not ok(hi):
@@ -188,8 +189,8 @@ def rate_ci(count: int, seconds: float, confidence: float = 0.95) -> tuple[float
     if not seconds > 0:
         return (math.nan, math.nan)
     a = 1 - confidence
-    lo = float(_sps.chi2.ppf(a / 2, 2 * count)) / 2 if count > 0 else 0.0
-    hi = float(_sps.chi2.ppf(1 - a / 2, 2 * count + 2)) / 2
+    lo = float(chi2_ppf(a / 2, 2 * count)) / 2 if count > 0 else 0.0
+    hi = float(chi2_ppf(1 - a / 2, 2 * count + 2)) / 2
     return (lo / seconds, hi / seconds)
 
 

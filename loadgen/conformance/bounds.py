@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import stats as _sps
 
 from loadgen.analysis.attainment import attainment_interval
+from loadgen.analysis.distributions import norm_ppf, t_ppf
 from loadgen.analysis.stats import binomial_min_samples, describe, mean_ci, percentile_ci
 from loadgen.analysis.window import Window
 
@@ -186,14 +186,14 @@ def mean_bounds(
         if n_eff < 2:
             return Measurement(m, -_INF, _INF, n, "Student t, clustered", confidence, n_eff=n_eff)
         s = float(np.std(x, ddof=1))
-        half = float(_sps.t.ppf(confidence, n_eff - 1)) * s / math.sqrt(n_eff)
+        half = float(t_ppf(confidence, n_eff - 1)) * s / math.sqrt(n_eff)
         return Measurement(
             m, m - half, m + half, n, f"Student t, clustered by {n_eff} requests", confidence, n_eff=n_eff
         )
     needed = None
     if n >= 2 and math.isfinite(m) and m != bound:
         s = float(np.std(x, ddof=1))
-        needed = max(math.ceil((float(_sps.norm.ppf(confidence)) * s / abs(bound - m)) ** 2), 2)
+        needed = max(math.ceil((float(norm_ppf(confidence)) * s / abs(bound - m)) ** 2), 2)
     return Measurement(m, lo, hi, n, "Student t", confidence, needed=needed)
 
 
