@@ -6,14 +6,16 @@
 Points are closed-loop concurrencies spread evenly up to ``--streams`` (1000), each ``--minutes``
 of virtual traffic of 512-token prompts and 256-token answers into the roofline engine (H100,
 Llama-3.1-8B FP8, max_num_seqs 1024, so every stream is in the batch). Prints per point the
-virtual seconds, requests, tokens, wall seconds and tokens per wall second, then the sweep's
-total, and ``/proc/loadavg`` (other processes on the machine slow it: say which figures were
-taken under load). One core: nothing here is parallel.
+virtual seconds, requests, tokens, wall and CPU seconds and tokens per wall second, then the
+sweep's total, and ``/proc/loadavg`` (other processes on the machine slow it: say which figures
+were taken under load; CPU seconds move less with load than wall seconds do). One core: nothing
+here is parallel.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from pathlib import Path
 
@@ -31,11 +33,11 @@ def main() -> None:
     a = p.parse_args()
     load = Path("/proc/loadavg")
     print("loadavg before:", load.read_text().strip() if load.exists() else "n/a")
-    total_wall = total_tok = 0.0
+    total_wall = total_tok = total_cpu = 0.0
     for k in range(1, a.points + 1):
         users = max(1, round(a.streams * k / a.points))
         eng = RooflineModel("h100", "llama-3.1-8b", weight_dtype="fp8", kv_dtype="fp8", max_num_seqs=1024)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         vr = simulate_point(
             SyntheticChat(512, 256, seed=k),
             Arrival("closed", concurrency=users),
@@ -46,17 +48,27 @@ def main() -> None:
             point=k,
             drain_s=0.0,
         )
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
         tok = float(vr.stats["generation_tokens_total"])
         total_wall += wall
+        total_cpu += cpu
         total_tok += tok
         print(
             f"point {k:2d}: {users:5d} streams, {(vr.end_ns - 1e9) / 1e9:7.1f} virtual s, "
-            f"{vr.records.num_rows:7d} requests, {tok / 1e6:6.2f}M tokens, {wall:6.2f} wall s, "
+            f"{vr.records.num_rows:7d} requests, {tok / 1e6:6.2f}M tokens, {wall:6.2f} wall s, {cpu:6.2f} CPU s, "
             f"{tok / wall / 1e3:6.0f}k tok/s"
         )
-    print(f"sweep: {a.points} points x {a.minutes:g} min: {total_wall:.1f} wall s, {total_tok / 1e6:.1f}M tokens")
+    print(
+        f"sweep: {a.points} points x {a.minutes:g} min: {total_wall:.1f} wall s, {total_cpu:.1f} CPU s, "
+        f"{total_tok / 1e6:.1f}M tokens"
+    )
     print("loadavg after:", load.read_text().strip() if load.exists() else "n/a")
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds (user + system) so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 if __name__ == "__main__":

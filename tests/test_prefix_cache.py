@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -149,3 +152,117 @@ def test_capacity_is_conserved_under_any_interleaving(ops):
     for h in held:
         pc.release(h)
     assert pc.num_used == 0 and pc.num_free == 8
+
+
+class _PerBlock:
+    """The pool kept block by block (a dict of refcounts, an ``OrderedDict`` LRU): the plain
+    statement of the bookkeeping ``PrefixCache`` does with runs, to check it against."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks, self.anon, self.evictions = num_blocks, 0, 0
+        self.ref: dict[int, int] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def num_free(self) -> int:
+        return self.num_blocks - self.anon - len(self.ref)
+
+    def figures(self) -> tuple[int, int, int, int]:
+        return self.anon + len(self.ref), self.num_free, len(self.ref) + len(self.lru), self.evictions
+
+    def lookup(self, hashes: list[int], limit: int | None = None) -> tuple[int, int]:
+        hit = free = 0
+        for h in hashes[: len(hashes) if limit is None else limit]:
+            if h not in self.ref and h not in self.lru:
+                break
+            hit, free = hit + 1, free + (h in self.lru)
+        return hit, free
+
+    def acquire(self, hashes: list[int]) -> None:
+        for h in hashes:
+            if h in self.lru:
+                del self.lru[h]
+            self.ref[h] = self.ref.get(h, 0) + 1
+
+    def allocate(self, n: int) -> bool:
+        if n > self.num_free:
+            return False
+        for _ in range(n - (self.num_free - len(self.lru))):
+            self.lru.popitem(last=False)
+            self.evictions += 1
+        self.anon += n
+        return True
+
+    def commit_many(self, hashes: list[int]) -> None:
+        self.anon -= len(hashes)
+        for h in hashes:
+            self.lru.pop(h, None)
+            self.ref[h] = self.ref.get(h, 0) + 1
+
+    def release(self, hashes: list[int]) -> None:
+        for h in reversed(hashes):
+            self.ref[h] -= 1
+            if not self.ref[h]:
+                del self.ref[h]
+                self.lru[h] = None
+
+    def free(self, n: int) -> None:
+        self.anon -= n
+
+    def reset(self) -> int:
+        n = len(self.lru)
+        self.lru.clear()
+        return n
+
+
+# prompts of 6 blocks: pairs share their first two, all share none further
+_PROMPTS = [block_hashes([p // 2] * 8 + [p] * 16, BS) for p in range(6)]
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("admit"), st.integers(0, 5), st.integers(1, 6), st.integers(1, 6)),
+        st.tuples(st.just("commit"), st.integers(0, 9), st.integers(1, 6), st.just(0)),
+        st.tuples(st.just("release"), st.integers(0, 9), st.just(0), st.just(0)),
+        st.tuples(st.just("reset"), st.just(0), st.just(0), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS, st.integers(6, 30))
+def test_runs_give_every_hit_count_and_eviction_the_per_block_bookkeeping_gives(ops, blocks):
+    """Sequences admitted as the scheduler admits them (a cached prefix acquired, blocks allocated
+    for the rest, committed a chunk at a time, some of them the same blocks as another's still
+    being computed), released in any order, the cache reset now and then: both pools agree."""
+    pc, ref = PrefixCache(blocks), _PerBlock(blocks)
+    held: list[list[Any]] = []  # [hashes, blocks to commit, committed, allocated]
+    for op, a, b, c in ops:
+        if op == "admit":
+            hashes = _PROMPTS[a][:b]
+            got = pc.lookup(hashes, c)
+            assert got == ref.lookup(hashes, c)
+            hit, free = got
+            need = len(hashes) - hit
+            if need + free <= pc.num_free:
+                pc.acquire(hashes[:hit])
+                ref.acquire(hashes[:hit])
+                assert pc.allocate(need) and ref.allocate(need)
+                held.append([hashes, hit, hit, need])
+        elif op == "commit" and held:
+            s = held[a % len(held)]
+            new = s[0][s[2] : s[2] + b]
+            pc.commit_many(new)
+            ref.commit_many(new)
+            s[2] += len(new)
+        elif op == "release" and held:
+            hashes, hit, committed, allocated = held.pop(a % len(held))
+            pc.release(hashes[:committed])
+            ref.release(hashes[:committed])
+            anonymous = allocated - (committed - hit)  # allocated blocks not (yet) committed
+            pc.free(anonymous)
+            ref.free(anonymous)
+        elif op == "reset":
+            assert pc.reset() == ref.reset()
+        assert (pc.num_used, pc.num_free, pc.num_cached, pc.evictions) == ref.figures()
+        for p in _PROMPTS:
+            assert pc.lookup(p) == ref.lookup(p)

@@ -17,8 +17,9 @@ from loadgen.sim.model import SimRequest
 from loadgen.sim.roofline import RooflineModel
 
 
-def _record(r: SimRequest, stamps: list[int]) -> None:
+def _record(r: SimRequest, ends: list[int], g0: int, g1: int) -> None:
     """What ``SimRequest.emit`` records, for tokens handed over in bulk."""
+    stamps = ends[g0:g1]
     r.emit_ns.extend(stamps)
     r.model_ns.extend(stamps)
     r.emitted += len(stamps)

@@ -128,7 +128,19 @@ def test_a_prompt_too_long_is_refused_and_its_session_cut():
     assert [(r["turn"], r["status"]) for r in _rows(vr.records)] == [(0, "http_error"), (1, "not_sent")]
 
 
-@pytest.mark.parametrize("text", [" the of and", "the,of  and!", " café the", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        " the of and",
+        "the,of  and!",
+        " café the",
+        "",
+        " salt_3 the of",
+        " x-y\tthe\n(of) ",
+        "\u00a0the\u2003of\n",
+        "a_1 b_2 the",
+    ],
+)
 def test_the_fast_encoding_is_the_built_in_tokenizer_s(text: str):
     assert encode(text) == BUILTIN.encode(text)
 
@@ -146,3 +158,36 @@ def test_a_virtual_run_folder_is_an_ordinary_one_that_says_first_it_is_virtual(t
     assert next(iter(meta)) == "virtual" and meta["endpoint"] == "sim-virtual" and meta["state"] == "complete"
     report = summarize_run(out)
     assert report.meta["virtual"]["virtual"] is True
+
+
+@dataclass(frozen=True)
+class GivesIds:
+    """A workload that hands over its first prompts as ids (``loop.PromptIds``), counting how often."""
+
+    inner: SyntheticChat
+    asked: list[int]
+    name: str = "gives-ids"
+    size: int | None = None
+
+    def session(self, i: int) -> Session:
+        return self.inner.session(i)
+
+    def prompt_ids(self, i: int) -> list[int]:
+        self.asked.append(i)
+        return BUILTIN.encode(self.inner.session(i).turns[0].text)
+
+    def offsets_ns(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+def test_a_workload_that_gives_its_prompts_as_ids_gets_the_records_its_text_would():
+    wl = SyntheticChat(200, 20, seed=6, salt="s")
+    asked: list[int] = []
+    args: dict[str, Any] = {"run_id": "r", "concurrency": 4, "duration_ns": 2_000_000_000}
+    plain = simulate(wl, None, _engine(), **args)
+    given = simulate(GivesIds(wl, asked), None, _engine(), **args)
+    assert sorted(asked) == list(range(plain.records.num_rows)) and len(asked) > 20
+    assert given.records.equals(plain.records) and given.truth.equals(plain.truth)

@@ -344,3 +344,11 @@ def test_workloads_pickle_for_spawned_workers(tmp_path: Path) -> None:
         w.describe()
         clone = pickle.loads(pickle.dumps(w))
         assert session_bytes(clone.session(4)) == before
+
+
+@pytest.mark.parametrize("salt", ["", "run-7", "p_3", "sweep-ab12cd_4"])
+def test_a_synthetic_prompts_ids_are_its_text_tokenized(salt: str) -> None:
+    for n in (0, 1, 2, 7, 512, 5000):
+        wl = SyntheticChat(input_tokens=n, seed=3, salt=salt)
+        for i in (0, 1, 99, 123_456):
+            assert wl.prompt_ids(i) == BUILTIN.encode(wl.session(i).turns[0].text)

@@ -94,9 +94,10 @@ class DecodeSet:
                 out.append(s)
         return out
 
-    def remove(self, s: Seq, g_last: int) -> list[int]:
+    def remove(self, s: Seq, g_last: int) -> int:
         """``s`` leaves after step ``g_last``: its ``computed`` and ``blocks`` are brought up to date,
-        and the end instants of the steps it decoded in are returned (one token each)."""
+        and the first step it decoded in here is returned (it emitted one token at each step from it
+        to ``g_last``, at their ends ``ends[g0:g_last + 1]``)."""
         m = g_last - s.g0 + 1
         self.n -= 1
         self.base -= s.computed - s.g0
@@ -106,7 +107,7 @@ class DecodeSet:
             s.blocks += 1 + (g_last - s.g_x) // self.bs
         s.computed += m
         s.steady = False
-        return self.ends[s.g0 : g_last + 1]
+        return s.g0
 
     def members(self) -> list[Seq]:
         """Every member, in running order."""
@@ -129,16 +130,18 @@ class SteadyDecodes:
     # how the driver records a steady decode's tokens when it leaves the set.
     _dset: DecodeSet | None = None
     _slow: list[Seq]
-    _record: Callable[[SimRequest, list[int]], None]
+    _record: Callable[[SimRequest, list[int], int, int], None]
     _admissions: int = 0
 
-    def bulk_decode(self, record: Callable[[SimRequest, list[int]], None]) -> bool:
+    def bulk_decode(self, record: Callable[[SimRequest, list[int], int, int], None]) -> bool:
         """Keep steady decodes as counts and sums from now on (the module note): for a driver in
         virtual time, whose requests need their tokens only when they end. A steady decode's tokens
         are not emitted step by step: when it leaves the set (its last token, a preemption step, a
-        cancel) ``record(req, instants)`` gets them all, one instant each, and must count them into
-        ``req`` (``emitted``, ``emit_ns``, ``finished`` at ``max_tokens``) as ``emit`` would. Not
-        with speculative decoding (a step's tokens per sequence are drawn): returns whether it is on."""
+        cancel) ``record(req, ends, g0, g1)`` gets them all, one token at each of the instants
+        ``ends[g0:g1]`` (the engine's step ends: a list that only grows, the same one every call),
+        and must count them into ``req`` (``emitted``, ``finished`` at ``max_tokens``) as ``emit``
+        would. Not with speculative decoding (a step's tokens per sequence are drawn): returns
+        whether it is on."""
         if self.spec_tokens:
             return False
         if self._dset is None:
@@ -204,9 +207,10 @@ class SteadyDecodes:
         """Take ``s`` out of the steady decodes after the last step applied: its state and its tokens."""
         ds = self._dset
         assert ds is not None
-        stamps = ds.remove(s, len(ds.ends) - 1)
-        if stamps:
-            self._record(s.req, stamps)
+        g1 = len(ds.ends)
+        g0 = ds.remove(s, g1 - 1)
+        if g0 < g1:
+            self._record(s.req, ds.ends, g0, g1)
 
     def _unsteady_all(self) -> None:
         """Every steady decode back to the per-sequence walk (a step that may preempt)."""

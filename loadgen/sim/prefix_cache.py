@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import accumulate, count
 
 __all__ = ["block_hashes", "PrefixCache", "ROOT_HASH"]
 
@@ -30,17 +31,30 @@ ROOT_HASH = 0x5EED_CAFE
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int, parent: int = ROOT_HASH) -> list[int]:
-    """Chained hashes of each FULL block of ``token_ids`` (a trailing partial block is skipped).
+    """Chained hashes of each FULL block of ``token_ids`` (a trailing partial block is skipped):
+    block i's is ``parent + sum(hash((j, tokens of block j)) for j <= i)``, so it names the whole
+    prefix up to its end, positions included.
 
-    Python's tuple-of-int hash is deterministic (no per-process salt for ints), fast,
-    and 64-bit; a collision would only mis-credit a cache hit in a simulation.
+    Python's tuple-of-int hash is deterministic (no per-process salt for ints), fast, and
+    64-bit, so two different prefixes share a name with odds of about 2^-64, and a collision
+    would only mis-credit a cache hit in a simulation. It is all done in C: ``zip`` cuts the
+    full blocks, ``map`` hashes them with their positions, ``accumulate`` sums them (exact,
+    Python ints do not wrap).
     """
-    out = []
-    h = parent
-    for i in range(0, len(token_ids) - block_size + 1, block_size):
-        h = hash((h, *token_ids[i : i + block_size]))
-        out.append(h)
+    out = list(accumulate(map(hash, zip(count(), zip(*[iter(token_ids)] * block_size, strict=False))), initial=parent))
+    del out[0]
     return out
+
+
+class _Run:
+    """Prompt blocks one sequence committed together and nobody else has used: held by it (each
+    block's refcount 1), or free, as one entry of the LRU list (its deep end evicted first)."""
+
+    __slots__ = ("hashes", "free")
+
+    def __init__(self, hashes: list[int]) -> None:
+        self.hashes = hashes  # in chain order: the first is its head (the ``_heads`` key)
+        self.free = False
 
 
 class PrefixCache:
@@ -48,6 +62,16 @@ class PrefixCache:
 
     With caching disabled the engine simply never calls ``commit``, and this is a plain
     counter of used blocks.
+
+    Most prompt blocks are used by one sequence only: committed together, freed together and
+    evicted in turn. Those are kept as runs (``_Run``), found by their first block's hash, and a
+    free run is one entry of the LRU list, so a request's blocks cost a few dict operations
+    instead of several per block. A block another sequence takes (``acquire``, a duplicate
+    ``commit``) leaves its run for the per-block dicts, the run shrinking from its head; an
+    eviction trims a free run from its tail. Every count, hit and eviction is what per-block
+    bookkeeping gives: a held sequence's blocks are a prefix of its chain, so a run is only ever
+    entered at its head, and a run's blocks are freed, and evicted, in the order their blocks
+    would be one by one.
     """
 
     def __init__(self, num_blocks: int):
@@ -55,24 +79,27 @@ class PrefixCache:
             raise ValueError(f"num_blocks must be > 0, got {num_blocks}")
         self.num_blocks = num_blocks
         self._anon = 0  # anonymous blocks in use
-        self._ref: dict[int, int] = {}  # cached, referenced: hash -> refcount
-        self._lru: OrderedDict[int, None] = OrderedDict()  # cached, free: oldest first
+        self._ref: dict[int, int] = {}  # cached, referenced, outside runs: hash -> refcount
+        self._lru: OrderedDict[int | _Run, None] = OrderedDict()  # cached, free (blocks and runs): oldest first
+        self._heads: dict[int, _Run] = {}  # every run, by its first block's hash
+        self._refd = 0  # cached blocks referenced (in ``_ref`` and in held runs)
+        self._free_cached = 0  # cached blocks free (on the LRU list, runs counted by their blocks)
         self.evictions = 0
 
     @property
     def num_used(self) -> int:
         """Blocks some sequence holds (what vLLM reports as KV-cache usage)."""
-        return self._anon + len(self._ref)
+        return self._anon + self._refd
 
     @property
     def num_free(self) -> int:
         """Blocks an allocation may take: never used, or cached but evictable."""
-        return self.num_blocks - self._anon - len(self._ref)
+        return self.num_blocks - self._anon - self._refd
 
     @property
     def num_cached(self) -> int:
         """Blocks findable by hash, referenced or not."""
-        return len(self._ref) + len(self._lru)
+        return self._refd + self._free_cached
 
     def lookup(self, hashes: Sequence[int], limit: int | None = None) -> tuple[int, int]:
         """(leading blocks of ``hashes`` that are cached, how many of those are free).
@@ -81,35 +108,95 @@ class PrefixCache:
         becomes a used one. No state changes, so a failed admission leaves nothing behind.
         """
         n = len(hashes) if limit is None else min(limit, len(hashes))
-        hit = free = 0
-        for h in hashes[:n]:
-            if h in self._ref:
-                hit += 1
-            elif h in self._lru:
-                hit += 1
+        ref, lru, heads = self._ref, self._lru, self._heads
+        i = free = 0
+        while i < n:
+            h = hashes[i]
+            if h in ref:
+                i += 1
+            elif h in lru:
+                i += 1
                 free += 1
             else:
-                break
-        return hit, free
+                run = heads.get(h)
+                if run is None:
+                    break
+                m = 0
+                for a, b in zip(run.hashes, hashes[i:n], strict=False):
+                    if a != b:
+                        break
+                    m += 1
+                i += m
+                if run.free:
+                    free += m
+                if m < len(run.hashes):
+                    break
+        return i, free
 
     def acquire(self, hashes: Sequence[int]) -> None:
         """Take a reference on each cached block (all must be cached: see ``lookup``)."""
-        for h in hashes:
-            r = self._ref.get(h)
-            if r is None:
-                del self._lru[h]  # KeyError here is a caller bug: not cached
-                self._ref[h] = 1
+        ref, lru, heads = self._ref, self._lru, self._heads
+        i, n = 0, len(hashes)
+        while i < n:
+            h = hashes[i]
+            r = ref.get(h)
+            if r is not None:
+                ref[h] = r + 1
+                i += 1
+            elif h in lru:
+                del lru[h]
+                ref[h] = 1
+                self._refd += 1
+                self._free_cached -= 1
+                i += 1
             else:
-                self._ref[h] = r + 1
+                run = heads[h]  # KeyError here is a caller bug: not cached
+                m = min(len(run.hashes), n - i)
+                taken = run.hashes[:m]
+                if taken != list(hashes[i : i + m]):
+                    raise KeyError(f"acquiring blocks that are not cached after {h:#x}")
+                self._behead(run, m)
+                if run.free:  # off the LRU list, held once
+                    ref.update(dict.fromkeys(taken, 1))
+                    self._refd += m
+                    self._free_cached -= m
+                else:  # shared with the run's holder
+                    ref.update(dict.fromkeys(taken, 2))
+                i += m
+
+    def _behead(self, run: _Run, m: int) -> None:
+        """``run`` without its first ``m`` blocks (they are going to the per-block dicts)."""
+        heads = self._heads
+        del heads[run.hashes[0]]
+        run.hashes = run.hashes[m:]
+        if run.hashes:
+            heads[run.hashes[0]] = run
+        elif run.free:
+            del self._lru[run]
 
     def allocate(self, n: int) -> bool:
         """Take ``n`` anonymous blocks, evicting free cached ones (LRU first) if needed."""
         if n > self.num_free:
             return False
-        never_used = self.num_blocks - self._anon - len(self._ref) - len(self._lru)
-        for _ in range(n - never_used):
-            self._lru.popitem(last=False)
-            self.evictions += 1
+        evict = n - (self.num_blocks - self._anon - self._refd - self._free_cached)
+        if evict > 0:
+            self._free_cached -= evict
+            self.evictions += evict
+            lru = self._lru
+            while evict > 0:
+                key, _ = lru.popitem(last=False)
+                if isinstance(key, int):
+                    evict -= 1
+                    continue
+                size = len(key.hashes)
+                if size <= evict:
+                    del self._heads[key.hashes[0]]
+                    evict -= size
+                else:  # its tail goes; the rest stays first in line
+                    key.hashes = key.hashes[: size - evict]
+                    lru[key] = None
+                    lru.move_to_end(key, last=False)
+                    evict = 0
         self._anon += n
         return True
 
@@ -126,25 +213,43 @@ class PrefixCache:
         time) the duplicate is freed and a reference to the existing block taken instead.
         The caller now holds ``h`` (release it later) instead of one anonymous block.
         """
-        self._anon -= 1
-        r = self._ref.get(h)
-        if r is not None:
-            self._ref[h] = r + 1
-            return
-        self._lru.pop(h, None)
-        self._ref[h] = 1
+        self.commit_many([h])
 
     def commit_many(self, hashes: Sequence[int]) -> None:
         """``commit`` of each of ``hashes`` in order (a prefill chunk's newly full prompt blocks)."""
-        ref, lru = self._ref, self._lru
+        if not hashes:
+            return
+        ref, lru, heads = self._ref, self._lru, self._heads
         self._anon -= len(hashes)
-        for h in hashes:
+        h = hashes[0]
+        if h not in ref and h not in lru and h not in heads:
+            # None cached yet: a new run, held by the caller. (A cached block's parent is cached:
+            # deeper blocks are freed no earlier and evicted first. So if the first of a chain's
+            # next blocks is not cached, none of them is.)
+            run = _Run(list(hashes))
+            heads[h] = run
+            self._refd += len(hashes)
+            return
+        for h in hashes:  # one at a time: some are cached already
             r = ref.get(h)
-            if r is None:
-                lru.pop(h, None)
-                ref[h] = 1
-            else:
+            if r is not None:
                 ref[h] = r + 1
+                continue
+            run_of = heads.get(h)
+            if run_of is not None:  # the head of someone's run: it leaves the run
+                self._behead(run_of, 1)
+                if run_of.free:
+                    ref[h] = 1
+                    self._refd += 1
+                    self._free_cached -= 1
+                else:
+                    ref[h] = 2
+                continue
+            if h in lru:
+                del lru[h]
+                self._free_cached -= 1
+            ref[h] = 1
+            self._refd += 1
 
     def release(self, hashes: Sequence[int]) -> None:
         """Drop one reference on each of ``hashes`` (a sequence's cached blocks, in order).
@@ -152,20 +257,45 @@ class PrefixCache:
         Blocks whose count reaches zero join the LRU list in REVERSE order, so a prompt's
         tail is evicted before its head: the head is the part other prompts share.
         """
-        ref, lru = self._ref, self._lru
-        for h in reversed(hashes):
-            r = ref[h] - 1
-            if r:
-                ref[h] = r
-            else:
-                del ref[h]
-                lru[h] = None
+        ref, heads = self._ref, self._heads
+        freed: list[int | _Run] = []
+        blocks = 0
+        i, n = 0, len(hashes)
+        while i < n:
+            h = hashes[i]
+            r = ref.get(h)
+            if r is not None:
+                if r > 1:
+                    ref[h] = r - 1
+                else:
+                    del ref[h]
+                    freed.append(h)
+                    blocks += 1
+                i += 1
+                continue
+            run = heads[h]  # KeyError here is a caller bug: not held
+            size = len(run.hashes)
+            if run.free or run.hashes != list(hashes[i : i + size]):
+                raise KeyError(f"releasing blocks that are not held after {h:#x}")
+            run.free = True
+            freed.append(run)
+            blocks += size
+            i += size
+        lru = self._lru
+        for x in reversed(freed):
+            lru[x] = None
+        self._refd -= blocks
+        self._free_cached += blocks
 
     def reset(self) -> int:
         """Forget every free cached block (like vLLM's ``/reset_prefix_cache``); return count.
 
         Lets a sweep start each load point cold, so cache state does not flatter later points.
         """
-        n = len(self._lru)
+        n = self._free_cached
+        for key in self._lru:
+            if isinstance(key, _Run):
+                del self._heads[key.hashes[0]]
         self._lru.clear()
+        self._free_cached = 0
         return n

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import random
 import zlib
+from bisect import bisect_left
 from collections import deque
 
 from loadgen.sim.decode_set import SteadyDecodes, by_order
@@ -287,7 +288,8 @@ class BatchScheduler(SteadyDecodes, StepCost):
         over the batch). Returns how many emitted tokens went to a sink."""
         self._t_model = end
         stamp = end if emitted_ns is None else emitted_ns
-        bs, finished, gen, sinks = self.block_size, False, plan.steady, 0
+        bs, gen, sinks = self.block_size, plan.steady, 0
+        finished: list[Seq] = []
         ds, seqs = self._dset, plan.items
         if ds is not None:  # bulk decode: the steady decodes that end this step go in running order too
             ds.ends.append(stamp)
@@ -325,13 +327,21 @@ class BatchScheduler(SteadyDecodes, StepCost):
                     else:
                         r.emit(0, stamp, end)
             if r.finished:
-                s.done = finished = True
+                s.done = True
+                finished.append(s)
                 self._free(s)
                 self._seqs.pop(r, None)
                 self._c["ok"] += 1
         self._c["gen"] += gen
         if finished:
-            self._running = [s for s in self._running if not s.done]
+            running = self._running
+            if len(finished) * 8 < len(running):  # a few of many: each found by its admission order
+                for s in finished:
+                    i = bisect_left(running, s.order, key=by_order)
+                    assert running[i] is s
+                    del running[i]
+            else:
+                self._running = [s for s in running if not s.done]
         if ds is not None:
             self._steady_up(plan, ds)
         return sinks

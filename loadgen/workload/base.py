@@ -75,6 +75,16 @@ class SyntheticChat:
             salt=salt,
         )
 
+    def prompt_ids(self, i: int) -> list[int]:
+        """Session ``i``'s prompt as ``BUILTIN.encode`` of its text gives it, without building the
+        text: the simulator in virtual time takes a prompt's ids, and tokenizing the text it was
+        built from was most of what a request cost there (sim.virtual.loop.PromptIds)."""
+        n = self.input_tokens
+        salt = f" {self.salt}_{i}" if self.salt else ""
+        head = BUILTIN.encode(salt) if salt else []
+        body: list[int] = _window(self.seed, i, max(n - (1 if salt else 0), 0)).tolist()
+        return head + body
+
     def offsets_ns(self) -> npt.NDArray[np.int64] | None:
         return None
 

@@ -27,11 +27,30 @@ _WORDISH = re.compile(r"\w")
 
 
 def encode(text: str) -> list[int]:
-    """``BUILTIN.encode(text)``, fast where the text is words of the built-in list (what workloads send)."""
+    """``BUILTIN.encode(text)``, fast where the text is words of the built-in list (what workloads send,
+    after a salt word perhaps).
+
+    The built-in tokenizer's tokens never span whitespace, so the text's tokens are its
+    whitespace-separated pieces' tokens in order: a known word is one, and only a piece that is
+    not (a run's salt, punctuation) goes through the tokenizer."""
+    words = text.split()
     try:
-        return list(map(_GET, text.split()))
+        return list(map(_GET, words))
     except KeyError:
-        return BUILTIN.encode(text)
+        pass
+    if words[0] not in _ID:  # most often the only one: a salt word at the start
+        try:
+            return [*BUILTIN.encode(words[0]), *map(_GET, words[1:])]
+        except KeyError:
+            pass
+    ids: list[int] = []
+    for w in words:
+        known = _ID.get(w)
+        if known is None:
+            ids.extend(BUILTIN.encode(w))
+        else:
+            ids.append(known)
+    return ids
 
 
 def answer_ids(prompt_len: int, n: int) -> list[int]:
@@ -42,9 +61,13 @@ def answer_ids(prompt_len: int, n: int) -> list[int]:
 
 
 class Context:
-    """One session's conversation as token ids (the server's ``prompt_ids`` for each of its turns)."""
+    """One session's conversation as token ids (the server's ``prompt_ids`` for each of its turns).
 
-    __slots__ = ("ids", "_pieces", "_joinable", "_calls")
+    ``add_turn`` hands out the context's own list (no copy per turn): the next change to the
+    context copies it first, so a prompt handed out never changes. An answer's words are added
+    when the next turn is (a session's last answer is never needed as ids)."""
+
+    __slots__ = ("ids", "_pieces", "_joinable", "_calls", "_shared", "_answer")
 
     def __init__(self, system: str | None) -> None:
         self.ids: list[int] = []
@@ -52,29 +75,50 @@ class Context:
         self._pieces: list[str | tuple[int, int]] = []
         self._joinable = False  # the text so far ends in a word character
         self._calls = False  # the last answer was a tool call: the next turn answers it
+        self._shared = False  # ``ids`` was handed out: copy it before changing it
+        self._answer: tuple[int, int] | None = None  # the last answer's (prompt length, size), not yet in ids
         if system:
             self._add(system)
 
-    def add_turn(self, turn: Turn) -> None:
-        """The messages ``Conversation.add_turn`` adds for ``turn``, in order."""
+    def add_turn(self, turn: Turn, ids: list[int] | None = None) -> list[int]:
+        """The messages ``Conversation.add_turn`` adds for ``turn``, in order; returns the prompt's
+        ids (the caller must not change them). ``ids``: the first turn's text already as ids
+        (``BUILTIN.encode`` of it, a list the context may keep), for a context still empty."""
+        self._settle()
         calls, self._calls = self._calls, False
-        if not calls:
+        if ids is not None:
+            if self._pieces or calls:
+                raise ValueError("a turn's ids are given only for the first turn of an empty context")
+            self._add(turn.text + turn.follow_up, ids)
+        elif not calls:
             self._add(turn.text + turn.follow_up)
-            return
-        tool = turn.role == "tool"
-        self._add(turn.text if tool else "")  # one call per answer: one tool message
-        self._add(turn.follow_up if tool else turn.text)
+        else:
+            tool = turn.role == "tool"
+            self._add(turn.text if tool else "")  # one call per answer: one tool message
+            self._add(turn.follow_up if tool else turn.text)
+        self._shared = True
+        return self.ids
 
     def add_answer(self, prompt_len: int, n: int, tool_call: bool) -> None:
         """The answer of ``n`` tokens to a prompt of ``prompt_len``: its words, or, a tool call, no content."""
         self._calls = tool_call
         if tool_call or n <= 0:
             return
+        if self._answer is not None:
+            self._settle()
         self._pieces.append((prompt_len, n))
-        self.ids.extend(answer_ids(prompt_len, n))  # the words come with a leading space: nothing joins across
+        self._answer = (prompt_len, n)
         self._joinable = True
 
-    def _add(self, text: str) -> None:
+    def _settle(self) -> None:
+        """``ids`` the context's own again, with the last answer's words in it."""
+        if self._shared:
+            self.ids, self._shared = list(self.ids), False
+        if self._answer is not None:
+            self.ids.extend(answer_ids(*self._answer))  # the words come with a leading space: nothing joins across
+            self._answer = None
+
+    def _add(self, text: str, ids: list[int] | None = None) -> None:
         if not text:
             return
         if self._joinable and _WORDISH.match(text):  # a word runs across the boundary: as the server sees it
@@ -82,7 +126,10 @@ class Context:
             self.ids = BUILTIN.encode("".join(map(_text, self._pieces)))
         else:
             self._pieces.append(text)
-            self.ids.extend(encode(text))
+            if not self.ids:
+                self.ids = encode(text) if ids is None else ids
+            else:
+                self.ids.extend(encode(text) if ids is None else ids)
         self._joinable = bool(_WORDISH.match(text[-1]))
 
 

@@ -10,15 +10,16 @@ answer (``context.Context``) and schedules the session's next turn ``think_ns`` 
 token (closed loop within a session), after the turn's subagent sessions where it has any; a
 closed-loop user starts its next session when the last ended.
 
-Per token the loop keeps one reference to the step's end instant in the request's ``emit_ns``
-(no other per-token object); everything else is per request or per step.
+Per token the loop keeps nothing: the run's ``tokens.TokenLog`` holds spans of steps (a steady
+decode's tokens are one span of its engine's step ends), and the records' per-token columns are
+built from it with numpy at the end; everything else is per request or per step.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,7 @@ from loadgen.sim.answer import SimConfig, natural_length
 from loadgen.sim.model import SimRequest
 from loadgen.sim.tool_calls import tool_call_for
 from loadgen.sim.virtual.context import Context
+from loadgen.sim.virtual.tokens import TokenLog
 from loadgen.workload.base import Workload
 from loadgen.workload.session import Session
 
@@ -44,8 +46,11 @@ class VirtualRequest(SimRequest):
     """A request of a virtual run: the server's ``SimRequest`` plus who sent it and when it was due."""
 
     ended: list[VirtualRequest] = field(default_factory=list)  # the loop's list of requests that ended
+    log: TokenLog = field(default_factory=TokenLog)  # the loop's: where its tokens' instants go
     run: SessionRun | None = None
     seq: int = 0  # the request's number in the run (the record's ``request``)
+    session_id: int = 0  # its session's number (the record's ``session``)
+    prompt_len: int = 0  # tokens in its prompt (``len(prompt_ids)``)
     turn: int = 0
     t_sched: int = 0
     prompt_tokens_requested: int = 0
@@ -56,11 +61,9 @@ class VirtualRequest(SimRequest):
     error: str = ""
 
     def emit(self, k: int, now_ns: int, model_ns: int | None = None) -> None:
-        """``k`` tokens at ``now_ns`` (a step's end): one reference each, and the end reported."""
-        if k == 1:
-            self.emit_ns.append(now_ns)
-        elif k:
-            self.emit_ns.extend([now_ns] * k)
+        """``k`` tokens at ``now_ns`` (a step's end): logged, and the end reported."""
+        if k:
+            self.log.emit(self.seq, now_ns, k)
         self.emitted += k
         if self.emitted >= self.max_tokens and not self.finished:
             self.finished = True
@@ -77,13 +80,24 @@ class Unsent:
     why: str
 
 
+@runtime_checkable
+class PromptIds(Protocol):
+    """A workload that gives a session's first prompt as the built-in tokenizer's ids without its
+    text being tokenized: ``prompt_ids(i) == BUILTIN.encode(text)`` where ``text`` is the first turn's
+    of ``session(i)`` (a session without a system prompt), a fresh list each call. Synthetic prompts
+    are built from word ids, so tokenizing their text again is most of what a request costs here."""
+
+    def prompt_ids(self, i: int) -> list[int]: ...
+
+
 class SessionRun:
     """One session being played: its turns, its context, and whom it reports to when it ends."""
 
-    __slots__ = ("session", "k", "ctx", "parent", "kids", "due", "user", "tools")
+    __slots__ = ("session", "index", "k", "ctx", "parent", "kids", "due", "user", "tools")
 
-    def __init__(self, session: Session, parent: SessionRun | None, user: int) -> None:
+    def __init__(self, session: Session, parent: SessionRun | None, user: int, index: int = -1) -> None:
         self.session, self.k, self.parent, self.user = session, 0, parent, user
+        self.index = index  # the workload's index of a session the run started (-1: a subagent's)
         self.ctx = Context(session.system)
         self.kids = 0  # subagent sessions still running
         self.due = 0  # when the next turn is due (think time from the last answer)
@@ -117,8 +131,10 @@ class VirtualLoop:
         self.start_by = None if duration_ns is None else origin_ns + duration_ns  # no session starts later
         self.cut = None if cut_ns is None else origin_ns + cut_ns  # nothing runs past it
         self.max_sessions, self.ignore_eos = max_sessions, ignore_eos
+        self._prompt_ids = workload.prompt_ids if isinstance(workload, PromptIds) else None
         self.room = min(sim.max_model_len, engine.max_model_len)
         self.ended: list[VirtualRequest] = []
+        self.tokens = TokenLog()  # every token's instant, as spans
         self.done: list[VirtualRequest] = []  # every request sent, in the order it ended
         self.inflight: dict[VirtualRequest, None] = {}  # submitted, not ended (in order)
         self.unsent: list[Unsent] = []
@@ -183,12 +199,13 @@ class VirtualLoop:
             self._send(run, t)
 
     @staticmethod
-    def _tokens_out(r: SimRequest, stamps: list[int]) -> None:
-        """A steady decode's tokens, one instant each, recorded when it leaves the scheduler's
-        steady set (``BatchScheduler.bulk_decode``): what ``VirtualRequest.emit`` does per step."""
+    def _tokens_out(r: SimRequest, ends: list[int], g0: int, g1: int) -> None:
+        """A steady decode's tokens, one at each of the step ends ``ends[g0:g1]``, recorded when it
+        leaves the scheduler's steady set (``BatchScheduler.bulk_decode``): what
+        ``VirtualRequest.emit`` does per step."""
         v = cast(VirtualRequest, r)
-        v.emit_ns.extend(stamps)
-        v.emitted += len(stamps)
+        v.log.span(v.seq, ends, g0, g1)
+        v.emitted += g1 - g0
         if v.emitted >= v.max_tokens and not v.finished:
             v.finished = True
             v.ended.append(v)
@@ -198,8 +215,8 @@ class VirtualLoop:
         if not self._may_start() or (self.start_by is not None and t >= self.start_by):
             return
         session = self.workload.session(self._sessions)
+        run = SessionRun(session, None, user, self._sessions)
         self._sessions += 1
-        run = SessionRun(session, None, user)
         run.due = t
         self._turn_due(run, t)
 
@@ -223,11 +240,17 @@ class VirtualLoop:
         api = getattr(turn, "api", "") or "chat"
         if api in _POOLED:
             raise ConfigError(f"--sim-virtual: {api} stages are not modelled in virtual time; run it in real time")
-        run.ctx.add_turn(turn)
-        ids = list(run.ctx.ids)
+        given = self._prompt_ids
+        if given is not None and run.k == 0 and run.index >= 0 and not run.session.system:
+            ids = run.ctx.add_turn(turn, given(run.index))
+        else:
+            ids = run.ctx.add_turn(turn)
         self._seq += 1
-        r = VirtualRequest(f"{self.run_id}-{self._seq}", ids, 0, t, ended=self.ended, run=run, seq=self._seq)
+        r = VirtualRequest(
+            f"{self.run_id}-{self._seq}", ids, 0, t, ended=self.ended, log=self.tokens, run=run, seq=self._seq
+        )
         r.turn, r.t_sched, r.tools_offered = run.k, t, run.tools
+        r.session_id, r.prompt_len = run.session.session, len(ids)
         r.prompt_tokens_requested, r.max_tokens_requested = turn.prompt_tokens, turn.max_tokens
         room = self.room - len(ids)
         limit = turn.max_tokens

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -93,13 +96,31 @@ def simulate(
         max_sessions=max_requests,
         ignore_eos=ignore_eos,
     )
-    loop.run()
-    cut_at = ORIGIN_NS + cut if cut is not None else loop.end_ns
-    records = records_table(loop.done, loop.unsent, cfg, run_id=run_id, point=point, cut_ns=cut_at)
+    with _no_cyclic_gc():
+        loop.run()
+        cut_at = ORIGIN_NS + cut if cut is not None else loop.end_ns
+        records = records_table(loop.done, loop.unsent, cfg, loop.tokens, run_id=run_id, point=point, cut_ns=cut_at)
+        truth = truth_table(loop.done)
+        end_ns = loop.end_ns
+        del loop  # its requests go now, by reference counting, before the collector is back
     if api != "chat":
         records = records.set_column(records.schema.get_field_index("api"), "api", pa.array([api] * records.num_rows))
-    truth = truth_table(loop.done)
-    return VirtualRun(records, truth, dict(engine.stats()), loop.end_ns, time.perf_counter() - t0)
+    return VirtualRun(records, truth, dict(engine.stats()), end_ns, time.perf_counter() - t0)
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector off while a run goes. The run builds no reference cycles as it
+    goes (requests, sequences and sessions point one way), so the collector would find nothing, yet
+    its passes over the run's millions of live objects cost a tenth of the run; reference counting
+    frees everything as before, and the collector is back on (if it was) when the run ends."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def simulate_point(
