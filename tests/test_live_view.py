@@ -264,6 +264,20 @@ def test_a_search_says_about_from_the_points_so_far() -> None:
     )
 
 
+def test_a_sweep_of_multi_turn_sessions_says_sessions_per_second_everywhere() -> None:
+    plan = SweepPlan("auto", auto=AutoSearch(start_rate=2.0, max_rate=16.0))
+    clock = Clock(T0)
+    console = Console(file=io.StringIO(), width=400)
+    view = SweepView(sweep_settings(plan), enabled=False, console=console, now_ns=clock, unit="sessions/s")
+    view.attach(SimpleNamespace(live=counters()))  # type: ignore[arg-type]
+    assert view.step is not None
+    view.on_point(finished(0, view.step))
+    view.attach(SimpleNamespace(live=counters(start_ns=clock.t)))  # type: ignore[arg-type]
+    assert "4 sessions/s (ramp: x2: still keeping up at 2 sessions/s)" in view.position()
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "2 sessions/s" in printed and "req/s" not in printed + view.position()
+
+
 def test_the_view_picks_the_step_the_sweep_sends() -> None:
     """step_now is sweep.run's choice of the next step, for listed points and the search alike."""
     auto = SweepPlan("auto", auto=AutoSearch(start_rate=2.0, max_rate=64.0), has_slo=False)

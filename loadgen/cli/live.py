@@ -209,11 +209,13 @@ class SweepView:
         console: Console | None = None,
         *,
         now_ns: Callable[[], int] = time.perf_counter_ns,
+        unit: str = "req/s",  # the load's (run_settings.load_unit_of): sessions/s for multi-turn sessions
     ) -> None:
         from loadgen.report.sweep_view import point_columns
 
         self.console = console or Console(stderr=True)
         self.settings = settings
+        self.unit = unit
         self.columns = point_columns(settings.gpus, settings.prices, settings.slo)
         self.rows: list[list[str]] = []
         self.points: list[PointResult] = []
@@ -272,7 +274,7 @@ class SweepView:
                 whole = f"about {duration_text(eta.left_s)} left"
         else:
             whole = f"{duration_text(eta.left_s)} left (at most {duration_text(eta.bound_s)} with every drain)"
-        return f"point {of}: {step_label(step)}; sweep: {whole}"
+        return f"point {of}: {step_label(step, self.unit)}; sweep: {whole}"
 
     def _begin_point(self) -> None:
         """The first counters of a new point: find its step (the search's own choice) and horizon."""
@@ -300,7 +302,7 @@ class SweepView:
 
         s = self.settings
         a = point.step.arrival
-        label = f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
+        label = f"{a.rate:g} {self.unit}" if a.rate is not None else f"{a.concurrency} users"
         row = point_cells(point.index, label, point.summary, s.gpus, s.prices, s.slo)
         self.rows.append(row)
         self.points.append(point)

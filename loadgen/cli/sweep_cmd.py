@@ -33,7 +33,7 @@ from loadgen.cli.run_flags import (
     add_timing_options,
     add_traffic_options,
 )
-from loadgen.cli.run_settings import resolve_workload, shared_settings
+from loadgen.cli.run_settings import load_unit_of, resolve_workload, shared_settings
 from loadgen.cli.sim_cmd import add_sim_options, sim_args
 from loadgen.cli.sweep_defaults import (
     DEFAULT_SLO,
@@ -338,7 +338,7 @@ def main(args: argparse.Namespace) -> int:
     console.print(Text(f"loadgen sweep -> {target}; {settings.plan.describe()}", style="bold"), highlight=False)
     for line in defaults_note(settings):
         console.print(line, style="dim", highlight=False)
-    view = SweepView(settings, enabled=args.live, console=console)
+    view = SweepView(settings, enabled=args.live, console=console, unit=load_unit_of(workload))
     with point_sender_of(args) as sender, view:  # with --master: every point goes to the same workers
         result = run_sweep(
             settings,

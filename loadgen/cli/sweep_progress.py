@@ -73,8 +73,10 @@ def sweep_eta(
     return SweepEta(point_left_s + more * per, None, more, about=True)
 
 
-def step_label(step: Step) -> str:
-    """ "8 req/s" or "16 users", and why the search chose it: "8 req/s (ramp: x2: ...)"."""
+def step_label(step: Step, unit: str = "req/s") -> str:
+    """ "8 req/s" or "16 users", and why the search chose it: "8 req/s (ramp: x2: ...)"; in the
+    load's ``unit`` (``sessions/s`` for sessions of several turns, whose rate is of sessions)."""
     a = step.arrival
-    load = f"{a.rate:g} req/s" if a.rate is not None else f"{a.concurrency} users"
-    return load if step.phase == "list" else f"{load} ({step.phase}: {step.why})"
+    load = f"{a.rate:g} {unit}" if a.rate is not None else f"{a.concurrency} users"
+    why = step.why.replace(" req/s", f" {unit}")
+    return load if step.phase == "list" else f"{load} ({step.phase}: {why})"
