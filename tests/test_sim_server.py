@@ -255,7 +255,8 @@ def test_a_reader_that_leaves_mid_answer_frees_its_sequence(tmp_path):
     running, truth, _ = _serve(model, tmp_path, leave)
     assert running == 0
     (t,) = truth
-    assert t["cancelled"] and 20 <= len(t["written_ns"]) < 5000
+    # 20 events read, the first the role's: 19 tokens at least were written before the client left
+    assert t["cancelled"] and 19 <= len(t["written_ns"]) < 5000
 
 
 def test_stop_string_ends_the_stream_early(tmp_path):
@@ -310,3 +311,31 @@ def test_metrics_escape_a_model_name_that_would_break_the_label() -> None:
 
     samples = asyncio.run(go())
     assert samples is not None and samples
+
+
+def test_a_request_whose_client_left_while_it_queued_leaves_the_engine_at_once(tmp_path):
+    """A client that gives up on a queued request (a sweep's drain cut at an overloaded point)
+    takes it out of the engine when its connection closes, not when its first token would have
+    come: else the next point meets a backlog nobody waits for."""
+    model = FixedModel(ttft_s=30.0, itl_s=0.01)  # the first token far away: the request queues
+
+    async def leave(port: int) -> float:
+        body = {"model": "sim", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 4}
+        sock = socket.socket()
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_sendall(sock, _request(port, body))
+        await asyncio.sleep(0.3)  # received, waiting for its first token
+        sock.close()
+        t0 = time.monotonic()
+        while not (tmp_path / "truth.jsonl").exists() or not (tmp_path / "truth.jsonl").read_bytes():
+            if time.monotonic() - t0 > 10:
+                break
+            await asyncio.sleep(0.02)
+        return time.monotonic() - t0
+
+    waited, truth, _ = _serve(model, tmp_path, leave)
+    (t,) = truth
+    assert t["cancelled"] is True and t["emit_ns"] == []
+    assert waited < 10  # (it ends when the connection closes; without that, 30 s on)

@@ -84,8 +84,12 @@ class SimServer:
         if self.config.truth_path:
             self._truth_file = open(self.config.truth_path, "ab")  # noqa: SIM115
         await self.model.start()
-        # a short shutdown: answers still streaming to a client that left must not hold a stop for 60 s
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        # a short shutdown: answers still streaming to a client that left must not hold a stop for 60 s;
+        # and a client that leaves cancels its handler, whose ``finally`` takes the request out of the
+        # engine at once (a queued one would else stay until its first token, a backlog for the next point)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0, handler_cancellation=True
+        )
         await self._runner.setup()
         # reuse_port: one of the replicas sharing a port (sim/replicas.py), the kernel spreading connections
         site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True, reuse_port=reuse_port)
