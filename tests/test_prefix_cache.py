@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.sim.prefix_cache import PrefixCache, block_hashes
+from loadgen.sim.prefix_cache import BlockChain, PrefixCache, block_hashes
 
 BS = 4
 
@@ -216,7 +216,8 @@ class _PerBlock:
 
 
 # prompts of 6 blocks: pairs share their first two, all share none further
-_PROMPTS = [block_hashes([p // 2] * 8 + [p] * 16, BS) for p in range(6)]
+_IDS = [[p // 2] * 8 + [p] * 16 for p in range(6)]
+_PROMPTS = [block_hashes(ids, BS) for ids in _IDS]
 _OPS = st.lists(
     st.one_of(
         st.tuples(st.just("admit"), st.integers(0, 5), st.integers(1, 6), st.integers(1, 6)),
@@ -233,30 +234,31 @@ _OPS = st.lists(
 def test_runs_give_every_hit_count_and_eviction_the_per_block_bookkeeping_gives(ops, blocks):
     """Sequences admitted as the scheduler admits them (a cached prefix acquired, blocks allocated
     for the rest, committed a chunk at a time, some of them the same blocks as another's still
-    being computed), released in any order, the cache reset now and then: both pools agree."""
+    being computed), released in any order, the cache reset now and then: both pools agree. The
+    pool is handed each prompt as the scheduler hands it, a lazy ``BlockChain`` and ranges of it."""
     pc, ref = PrefixCache(blocks), _PerBlock(blocks)
-    held: list[list[Any]] = []  # [hashes, blocks to commit, committed, allocated]
+    held: list[list[Any]] = []  # [hashes, chain, blocks to commit, committed, allocated]
     for op, a, b, c in ops:
         if op == "admit":
-            hashes = _PROMPTS[a][:b]
-            got = pc.lookup(hashes, c)
+            hashes, chain = _PROMPTS[a][:b], BlockChain(_IDS[a][: b * BS], BS)
+            got = pc.lookup(chain, c)
             assert got == ref.lookup(hashes, c)
             hit, free = got
             need = len(hashes) - hit
             if need + free <= pc.num_free:
-                pc.acquire(hashes[:hit])
+                pc.acquire(chain, hit)
                 ref.acquire(hashes[:hit])
                 assert pc.allocate(need) and ref.allocate(need)
-                held.append([hashes, hit, hit, need])
+                held.append([hashes, chain, hit, hit, need])
         elif op == "commit" and held:
             s = held[a % len(held)]
-            new = s[0][s[2] : s[2] + b]
-            pc.commit_many(new)
-            ref.commit_many(new)
-            s[2] += len(new)
+            lo, hi = s[3], min(s[3] + b, len(s[0]))
+            pc.commit_many(s[1], lo, hi)
+            ref.commit_many(s[0][lo:hi])
+            s[3] = hi
         elif op == "release" and held:
-            hashes, hit, committed, allocated = held.pop(a % len(held))
-            pc.release(hashes[:committed])
+            hashes, chain, hit, committed, allocated = held.pop(a % len(held))
+            pc.release(chain, committed)
             ref.release(hashes[:committed])
             anonymous = allocated - (committed - hit)  # allocated blocks not (yet) committed
             pc.free(anonymous)
@@ -266,3 +268,65 @@ def test_runs_give_every_hit_count_and_eviction_the_per_block_bookkeeping_gives(
         assert (pc.num_used, pc.num_free, pc.num_cached, pc.evictions) == ref.figures()
         for p in _PROMPTS:
             assert pc.lookup(p) == ref.lookup(p)
+
+
+class _Reads(list[int]):
+    """Token ids that note which of them were read (as slices: all ``BlockChain`` takes)."""
+
+    read: set[int]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            self.read.update(range(*i.indices(len(self))))
+        return super().__getitem__(i)
+
+
+def _reads(ids: list[int]) -> _Reads:
+    out = _Reads(ids)
+    out.read = set()
+    return out
+
+
+def test_a_block_chain_is_block_hashes_read_in_any_order():
+    ids = [(7 * i) % 13 for i in range(4 * BS + 3)]
+    want = block_hashes(ids, BS)
+    assert len(BlockChain(ids, BS)) == len(want) == 4
+    for order in ([3, 0, 2, 1], [0, 1, 2, 3], [-1, -4]):
+        chain = BlockChain(ids, BS)
+        assert [chain[i] for i in order] == [want[i] for i in order]
+    chain = BlockChain(ids, BS)
+    assert chain[1:3] == want[1:3] and chain[:] == want and list(chain) == want and chain[::2] == want[::2]
+    with pytest.raises(IndexError):
+        BlockChain(ids, BS)[4]
+
+
+def test_a_fresh_prompt_is_hashed_no_further_than_the_head_of_its_last_chunk():
+    """A prompt nobody shares: looked up (a miss at its first block), its blocks committed in two
+    chunks, released and evicted. Its tokens are read only as far as the head of its second chunk
+    (a block's name covers every block before it): naming a block is what reaching it does."""
+    pc = PrefixCache(64)
+    ids = _reads(list(range(40)))  # 10 blocks
+    chain = BlockChain(ids, BS)
+    assert pc.lookup(chain) == (0, 0)
+    assert pc.allocate(10)
+    pc.commit_many(chain, 0, 6)
+    pc.commit_many(chain, 6, 10)
+    assert pc.num_cached == 10
+    pc.release(chain, 10)
+    assert pc.lookup(chain) == (10, 10)  # its own chain: found whole, not read again
+    assert set(range(BS)) <= ids.read <= set(range(7 * BS))  # up to block 6, its second run's head
+    assert pc.allocate(64) and pc.num_cached == 0 and pc.evictions == 10
+
+
+def test_another_prompt_sharing_a_run_reads_as_far_as_they_agree():
+    pc = PrefixCache(64)
+    a = list(range(24))  # 6 blocks
+    b = a[:10] + [99] * 14  # agrees on 2 full blocks (and 2 tokens of the third)
+    first = BlockChain(a, BS)
+    assert pc.allocate(6)
+    pc.commit_many(first, 0, 6)
+    pc.release(first, 6)
+    second = BlockChain(_reads(b), BS)
+    assert pc.lookup(second) == (2, 2)
+    pc.acquire(second, 2)
+    assert pc.lookup(BlockChain(a, BS)) == (6, 4)  # its head two held now, its other four still free

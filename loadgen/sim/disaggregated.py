@@ -23,7 +23,7 @@ from typing import Any
 
 from loadgen.sim.engine_loop import EngineLoop
 from loadgen.sim.model import SimRequest
-from loadgen.sim.prefix_cache import block_hashes
+from loadgen.sim.prefix_cache import BlockChain
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sim.scheduler import BatchScheduler
 from loadgen.sim.sequences import StepPlan
@@ -99,7 +99,7 @@ class DisaggregatedModel(RooflineModel):
         pool = self.prefill_pool
         if len(pool) == 1:
             return pool[0]
-        hashes = block_hashes(prompt, pool[0].block_size)
+        hashes = BlockChain(prompt, pool[0].block_size)
 
         def score(e: RooflineModel) -> tuple[int, int]:
             queued = sum(s.prompt_len - s.computed for s in e._waiting) + sum(
@@ -140,6 +140,10 @@ class DisaggregatedModel(RooflineModel):
                     self._stepping[id(step[0])] = e
                     return step
         return None
+
+    def quiet_steps(self, start: int, bound: int) -> int:
+        """None: the pools' steps interleave, each one through ``step_at`` (see ``BatchScheduler``)."""
+        return start
 
     def finish_at(self, plan: StepPlan, end: int) -> None:
         engine = self._stepping.pop(id(plan))

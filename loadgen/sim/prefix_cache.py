@@ -14,16 +14,18 @@ A block is in one of three states:
   counts as free capacity: allocation evicts the least recently freed first.
 
 Only counts and hashes are kept (no block ids): the simulator needs capacity and hit
-accounting, not addresses, and this keeps every operation O(blocks touched).
+accounting, not addresses, and this keeps every operation O(blocks touched). A prompt's names
+may be a ``BlockChain``, which hashes a block only when it is first read: most never are.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from itertools import accumulate, count
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, count, islice
+from typing import overload
 
-__all__ = ["block_hashes", "PrefixCache", "ROOT_HASH"]
+__all__ = ["block_hashes", "BlockChain", "PrefixCache", "ROOT_HASH"]
 
 # Parent of the first block. A fixed integer (not ``None``, whose hash varies per
 # process before Python 3.12) so hashes are the same on every run.
@@ -46,15 +48,84 @@ def block_hashes(token_ids: Sequence[int], block_size: int, parent: int = ROOT_H
     return out
 
 
+class BlockChain(Sequence[int]):
+    """``block_hashes(token_ids, block_size)``, each hash computed when it is first read.
+
+    Most of a prompt's block names are never read: a lookup stops at the first block not cached
+    (for a fresh prompt, its first), and the pool keeps a sequence's committed blocks as a range of
+    its chain (``_Run``), naming only the range's head until another prompt's lookup or an acquire
+    reaches inside it. Hashing a 512-token prompt's 32 blocks cost more than the rest of its
+    bookkeeping; this hashes one. The ids must not change while the chain is in use."""
+
+    __slots__ = ("_ids", "_bs", "_n", "_known")
+
+    def __init__(self, token_ids: Sequence[int], block_size: int) -> None:
+        self._ids, self._bs = token_ids, block_size
+        self._n = len(token_ids) // block_size  # full blocks
+        self._known: list[int] = []  # the hashes of the first blocks, as far as they were read
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        known = self._known
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(self._n)
+            if hi > len(known):
+                self._upto(hi)
+            return known[lo:hi:step]
+        if i < 0:
+            i += self._n
+        if i >= len(known):
+            if not 0 <= i < self._n:
+                raise IndexError("block index out of range")
+            self._upto(i + 1)
+        return known[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self[:])
+
+    def _upto(self, k: int) -> None:
+        """Hash blocks up to ``k`` (exclusive), after those already known: ``block_hashes``'s sums, resumed."""
+        known, bs = self._known, self._bs
+        start = len(known)
+        parent = known[-1] if known else ROOT_HASH
+        if k == start + 1:  # one block (a lookup's first, most often): its sum term alone
+            known.append(parent + hash((start, tuple(self._ids[start * bs : k * bs]))))
+            return
+        ids = self._ids[start * bs : k * bs]
+        sums = accumulate(
+            map(hash, zip(count(start), zip(*[iter(ids)] * bs, strict=False))),
+            initial=parent,
+        )
+        known.extend(islice(sums, 1, None))
+
+
 class _Run:
     """Prompt blocks one sequence committed together and nobody else has used: held by it (each
-    block's refcount 1), or free, as one entry of the LRU list (its deep end evicted first)."""
+    block's refcount 1), or free, as one entry of the LRU list (its deep end evicted first). The
+    blocks are ``chain[lo:hi]`` of the committer's hashes (a ``BlockChain`` reads only what is asked)."""
 
-    __slots__ = ("hashes", "free")
+    __slots__ = ("chain", "lo", "hi", "head", "free")
 
-    def __init__(self, hashes: list[int]) -> None:
-        self.hashes = hashes  # in chain order: the first is its head (the ``_heads`` key)
+    def __init__(self, chain: Sequence[int], lo: int, hi: int, head: int) -> None:
+        self.chain, self.lo, self.hi = chain, lo, hi  # in chain order: ``head`` (chain[lo]) is the ``_heads`` key
+        self.head = head
         self.free = False
+
+    def hashes(self, m: int) -> list[int]:
+        """The run's first ``m`` block names."""
+        return list(self.chain[self.lo : self.lo + m])
+
+    def matches(self, hashes: Sequence[int], i: int, m: int) -> bool:
+        """Whether the run's first ``m`` blocks are ``hashes[i:i + m]``."""
+        return (self.chain is hashes and self.lo == i) or self.hashes(m) == list(hashes[i : i + m])
 
 
 class PrefixCache:
@@ -121,22 +192,25 @@ class PrefixCache:
                 run = heads.get(h)
                 if run is None:
                     break
-                m = 0
-                for a, b in zip(run.hashes, hashes[i:n], strict=False):
-                    if a != b:
-                        break
-                    m += 1
+                size = run.hi - run.lo
+                k = m = min(size, n - i)
+                if not run.matches(hashes, i, k):  # they part within the run: where
+                    m = 0
+                    for a, b in zip(run.hashes(k), hashes[i : i + k], strict=True):
+                        if a != b:
+                            break
+                        m += 1
                 i += m
                 if run.free:
                     free += m
-                if m < len(run.hashes):
+                if m < size:
                     break
         return i, free
 
-    def acquire(self, hashes: Sequence[int]) -> None:
-        """Take a reference on each cached block (all must be cached: see ``lookup``)."""
+    def acquire(self, hashes: Sequence[int], n: int | None = None) -> None:
+        """Take a reference on each cached block of ``hashes[:n]`` (all must be cached: see ``lookup``)."""
         ref, lru, heads = self._ref, self._lru, self._heads
-        i, n = 0, len(hashes)
+        i, n = 0, len(hashes) if n is None else n
         while i < n:
             h = hashes[i]
             r = ref.get(h)
@@ -151,10 +225,10 @@ class PrefixCache:
                 i += 1
             else:
                 run = heads[h]  # KeyError here is a caller bug: not cached
-                m = min(len(run.hashes), n - i)
-                taken = run.hashes[:m]
-                if taken != list(hashes[i : i + m]):
+                m = min(run.hi - run.lo, n - i)
+                if not run.matches(hashes, i, m):
                     raise KeyError(f"acquiring blocks that are not cached after {h:#x}")
+                taken = run.hashes(m)
                 self._behead(run, m)
                 if run.free:  # off the LRU list, held once
                     ref.update(dict.fromkeys(taken, 1))
@@ -167,10 +241,11 @@ class PrefixCache:
     def _behead(self, run: _Run, m: int) -> None:
         """``run`` without its first ``m`` blocks (they are going to the per-block dicts)."""
         heads = self._heads
-        del heads[run.hashes[0]]
-        run.hashes = run.hashes[m:]
-        if run.hashes:
-            heads[run.hashes[0]] = run
+        del heads[run.head]
+        run.lo += m
+        if run.lo < run.hi:
+            run.head = run.chain[run.lo]
+            heads[run.head] = run
         elif run.free:
             del self._lru[run]
 
@@ -188,12 +263,12 @@ class PrefixCache:
                 if isinstance(key, int):
                     evict -= 1
                     continue
-                size = len(key.hashes)
+                size = key.hi - key.lo
                 if size <= evict:
-                    del self._heads[key.hashes[0]]
+                    del self._heads[key.head]
                     evict -= size
                 else:  # its tail goes; the rest stays first in line
-                    key.hashes = key.hashes[: size - evict]
+                    key.hi -= evict
                     lru[key] = None
                     lru.move_to_end(key, last=False)
                     evict = 0
@@ -215,22 +290,23 @@ class PrefixCache:
         """
         self.commit_many([h])
 
-    def commit_many(self, hashes: Sequence[int]) -> None:
-        """``commit`` of each of ``hashes`` in order (a prefill chunk's newly full prompt blocks)."""
-        if not hashes:
+    def commit_many(self, hashes: Sequence[int], lo: int = 0, hi: int | None = None) -> None:
+        """``commit`` of each of ``hashes[lo:hi]`` in order (a prefill chunk's newly full prompt
+        blocks). ``hashes`` is kept, not copied, where the blocks become a run: it must not change."""
+        hi = len(hashes) if hi is None else hi
+        if lo >= hi:
             return
         ref, lru, heads = self._ref, self._lru, self._heads
-        self._anon -= len(hashes)
-        h = hashes[0]
+        self._anon -= hi - lo
+        h = hashes[lo]
         if h not in ref and h not in lru and h not in heads:
             # None cached yet: a new run, held by the caller. (A cached block's parent is cached:
             # deeper blocks are freed no earlier and evicted first. So if the first of a chain's
             # next blocks is not cached, none of them is.)
-            run = _Run(list(hashes))
-            heads[h] = run
-            self._refd += len(hashes)
+            heads[h] = _Run(hashes, lo, hi, h)
+            self._refd += hi - lo
             return
-        for h in hashes:  # one at a time: some are cached already
+        for h in hashes[lo:hi]:  # one at a time: some are cached already
             r = ref.get(h)
             if r is not None:
                 ref[h] = r + 1
@@ -251,8 +327,8 @@ class PrefixCache:
             ref[h] = 1
             self._refd += 1
 
-    def release(self, hashes: Sequence[int]) -> None:
-        """Drop one reference on each of ``hashes`` (a sequence's cached blocks, in order).
+    def release(self, hashes: Sequence[int], n: int | None = None) -> None:
+        """Drop one reference on each of ``hashes[:n]`` (a sequence's cached blocks, in order).
 
         Blocks whose count reaches zero join the LRU list in REVERSE order, so a prompt's
         tail is evicted before its head: the head is the part other prompts share.
@@ -260,7 +336,7 @@ class PrefixCache:
         ref, heads = self._ref, self._heads
         freed: list[int | _Run] = []
         blocks = 0
-        i, n = 0, len(hashes)
+        i, n = 0, len(hashes) if n is None else n
         while i < n:
             h = hashes[i]
             r = ref.get(h)
@@ -274,8 +350,8 @@ class PrefixCache:
                 i += 1
                 continue
             run = heads[h]  # KeyError here is a caller bug: not held
-            size = len(run.hashes)
-            if run.free or run.hashes != list(hashes[i : i + size]):
+            size = run.hi - run.lo
+            if run.free or i + size > n or not run.matches(hashes, i, size):
                 raise KeyError(f"releasing blocks that are not held after {h:#x}")
             run.free = True
             freed.append(run)
@@ -295,7 +371,7 @@ class PrefixCache:
         n = self._free_cached
         for key in self._lru:
             if isinstance(key, _Run):
-                del self._heads[key.hashes[0]]
+                del self._heads[key.head]
         self._lru.clear()
         self._free_cached = 0
         return n

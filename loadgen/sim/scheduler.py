@@ -19,12 +19,17 @@ In virtual time (``bulk_decode``) running sequences that only decode are kept as
 the blocks they need that step are taken in one allocation, and one is touched only when it emits
 its last token. The walk over every running sequence is the same code as ever, and runs whenever
 the totals could differ from it: a step whose blocks do not all fit (someone is preempted) syncs
-every sequence and walks them all. Prefills are walked every step, as before.
+every sequence and walks them all. Prefills are walked every step, as before. A run of steps
+with nothing but steady decodes and nobody waiting is priced and applied in one tight loop
+(``quiet_steps``) until one of them has anything else to do.
+
+A prompt's block names are a ``prefix_cache.BlockChain``: hashed as far as a lookup reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import random
 import zlib
 from bisect import bisect_left
@@ -32,7 +37,7 @@ from collections import deque
 
 from loadgen.sim.decode_set import SteadyDecodes, by_order
 from loadgen.sim.model import SimRequest
-from loadgen.sim.prefix_cache import block_hashes
+from loadgen.sim.prefix_cache import BlockChain
 from loadgen.sim.sequences import Batch, Seq, StepPlan
 from loadgen.sim.step_cost import StepCost
 
@@ -60,7 +65,7 @@ class BatchScheduler(SteadyDecodes, StepCost):
             raise ValueError(
                 f"prompt ({p}) + max_tokens ({req.max_tokens}) exceeds max_model_len ({self.max_model_len}) tokens"
             )
-        hashes = block_hashes(req.prompt_ids, self.block_size) if self.prefix_caching else []
+        hashes = BlockChain(req.prompt_ids, self.block_size) if self.prefix_caching else ()
         s = Seq(req, max(1, p), hashes, ready_ns=req.arrival_ns)  # an empty prompt still has a BOS token
         self._seqs[req] = s
         self._waiting.append(s)
@@ -102,6 +107,38 @@ class BatchScheduler(SteadyDecodes, StepCost):
             self._complete(plan, start + int(plan.seconds * 1e9))
         return self._t_model
 
+    def quiet_steps(self, start: int, bound: int) -> int:
+        """In bulk decode, run back to back from ``start`` the steps in which nothing happens but
+        counts: every running sequence a steady decode, nobody waiting, none's last token and the
+        blocks they cross into all free; each while it starts before ``bound`` (the next arrival).
+        Each is the step ``step_at`` and ``finish_at`` would give, with no plan built: a low-load
+        engine spends most of its steps this way. Returns the model clock after them (``start``
+        when none could run: the next step has something to decide)."""
+        ds = self._dset
+        if ds is None or self._slow or self._waiting or not ds.n:
+            return start
+        fin, ends, pool, n = ds.finish, ds.ends, self.pool, ds.n
+        t, g0 = start, len(ends)
+        while t < bound:
+            while not fin[0][2].steady:  # (a member that left: its entry stays until it comes up)
+                heapq.heappop(fin)
+            g = len(ends)
+            if fin[0][0] <= g:  # someone's last token: an ordinary step
+                break
+            need = ds.crossings(g)
+            if need > pool.num_free:  # someone would be preempted: the walk decides who
+                break
+            pool.allocate(need)
+            ctx = ds.context(g)
+            t += int(self._step_s(n, ctx, 0, ctx, n) * 1e9)
+            ends.append(t)
+        steps = len(ends) - g0
+        if steps:
+            self._t_model = t
+            self._c["gen"] += n * steps
+            self._c["steps"] += steps  # never late: virtual time (``finish_at``)
+        return t
+
     def _next_start(self) -> int | None:
         if self._running:
             return self._t_model
@@ -119,9 +156,9 @@ class BatchScheduler(SteadyDecodes, StepCost):
         return True
 
     def _free(self, s: Seq) -> None:
-        self.pool.release(s.cached)
-        self.pool.free(s.blocks - len(s.cached))
-        s.cached, s.blocks, s.committed, s.computed = [], 0, 0, 0
+        self.pool.release(s.hashes, s.committed)
+        self.pool.free(s.blocks - s.committed)
+        s.blocks, s.committed, s.computed = 0, 0, 0
 
     def _schedule(self, start: int) -> StepPlan | None:
         """Choose this step's work (allocating blocks, preempting, admitting) and its cost.
@@ -240,12 +277,13 @@ class BatchScheduler(SteadyDecodes, StepCost):
             if new + lru + keep > pool.num_free:
                 break
             waiting.popleft()
-            pool.acquire(s.hashes[:hit])
+            if hit:
+                pool.acquire(s.hashes, hit)
             pool.allocate(new)
             if s.lost > c:  # readmitted after a preemption: what the cache did not keep is computed again
                 self._c["recomputed"] += s.lost - c
             s.lost = 0
-            s.cached, s.committed, s.blocks, s.computed = s.hashes[:hit], hit, hit + new, c
+            s.committed, s.blocks, s.computed = hit, hit + new, c
             self._c["queries"] += total
             self._c["hits"] += hit * bs
             r = s.req
@@ -312,10 +350,9 @@ class BatchScheduler(SteadyDecodes, StepCost):
                     computed = s.computed = s.computed + s.step_tokens
                 full = computed // bs  # prompt blocks now fully computed: into the cache, in order
                 if s.committed < full and s.committed < len(s.hashes):
-                    new = s.hashes[s.committed : full]
-                    self.pool.commit_many(new)
-                    s.cached.extend(new)
-                    s.committed += len(new)
+                    full = min(full, len(s.hashes))
+                    self.pool.commit_many(s.hashes, s.committed, full)
+                    s.committed = full
                 if computed - extra == s.prompt_len + r.emitted:
                     if r.prefill_end_ns is None:
                         r.prefill_end_ns = stamp

@@ -4,7 +4,8 @@ and a planned step (plain data shared by ``scheduler`` and its bulk-decode set, 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from loadgen.sim.model import SimRequest
 
@@ -17,11 +18,10 @@ class Seq:
 
     req: SimRequest
     prompt_len: int
-    hashes: list[int]  # chained hashes of the prompt's full blocks (empty: cache off)
+    hashes: Sequence[int]  # chained hashes of the prompt's full blocks (a BlockChain; empty: cache off)
     computed: int = 0  # tokens whose KV exists
     blocks: int = 0  # blocks held, cached + anonymous
-    cached: list[int] = field(default_factory=list)  # hashes this sequence holds refs on
-    committed: int = 0  # leading prompt blocks held as cached blocks
+    committed: int = 0  # leading prompt blocks held as cached blocks (``hashes[:committed]``: refs held)
     lost: int = 0  # tokens whose KV its last preemption threw away (to compute again, less cache hits)
     ready_ns: int = 0  # when it may be admitted: its arrival, or when its KV has arrived (disaggregated)
     done: bool = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -80,10 +81,22 @@ class SyntheticChat:
         text: the simulator in virtual time takes a prompt's ids, and tokenizing the text it was
         built from was most of what a request cost there (sim.virtual.loop.PromptIds)."""
         n = self.input_tokens
-        salt = f" {self.salt}_{i}" if self.salt else ""
-        head = BUILTIN.encode(salt) if salt else []
-        body: list[int] = _window(self.seed, i, max(n - (1 if salt else 0), 0)).tolist()
-        return head + body
+        if not self.salt:
+            body: list[int] = _window(self.seed, i, n).tolist()
+            return body
+        head = BUILTIN.encode(f" {self.salt}_{i}")
+        head.extend(_window(self.seed, i, max(n - 1, 0)).tolist())
+        return head
+
+    def turn_shape(self, i: int) -> Turn:
+        """Session ``i``'s one turn as ``session(i)`` has it but for its text (left empty), which
+        ``prompt_ids(i)`` gives as ids: for a driver that never reads the text (the simulator in
+        virtual time, sim.virtual.loop.SingleTurns), building it is work for nothing."""
+        return self._shape
+
+    @cached_property
+    def _shape(self) -> Turn:  # the same for every session (a frozen Turn: one will do)
+        return Turn(text="", max_tokens=self.output_tokens, prompt_tokens=self.input_tokens)
 
     def offsets_ns(self) -> npt.NDArray[np.int64] | None:
         return None

@@ -80,6 +80,11 @@ class Context:
         if system:
             self._add(system)
 
+    @property
+    def empty(self) -> bool:
+        """Nothing in the context yet (no system prompt, no turn)."""
+        return not self._pieces and not self._calls
+
     def add_turn(self, turn: Turn, ids: list[int] | None = None) -> list[int]:
         """The messages ``Conversation.add_turn`` adds for ``turn``, in order; returns the prompt's
         ids (the caller must not change them). ``ids``: the first turn's text already as ids

@@ -12,14 +12,17 @@ closed-loop user starts its next session when the last ended.
 
 Per token the loop keeps nothing: the run's ``tokens.TokenLog`` holds spans of steps (a steady
 decode's tokens are one span of its engine's step ends), and the records' per-token columns are
-built from it with numpy at the end; everything else is per request or per step.
+built from it with numpy at the end; everything else is per request or per step. Steps in which
+only counts change (every running sequence a steady decode, nobody waiting or ending, no arrival
+due) run back to back in the engine (``quiet_steps``), without a plan each. A synthetic workload's
+session comes as its one turn and its prompt's ids (``SingleTurns``): no text is built.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -31,13 +34,14 @@ from loadgen.sim.tool_calls import tool_call_for
 from loadgen.sim.virtual.context import Context
 from loadgen.sim.virtual.tokens import TokenLog
 from loadgen.workload.base import Workload
-from loadgen.workload.session import Session
+from loadgen.workload.session import Session, Turn
 
 if TYPE_CHECKING:
     from loadgen.sim.roofline import RooflineModel
 
-__all__ = ["VirtualLoop", "VirtualRequest", "SessionRun", "Unsent"]
+__all__ = ["VirtualLoop", "VirtualRequest", "SessionRun", "Unsent", "PromptIds", "SingleTurns"]
 
+_NEVER = 1 << 62  # an instant after any run's end
 _POOLED = ("embeddings", "rerank")  # prefill-only stages: not modelled in virtual time
 
 
@@ -90,18 +94,48 @@ class PromptIds(Protocol):
     def prompt_ids(self, i: int) -> list[int]: ...
 
 
+@runtime_checkable
+class SingleTurns(PromptIds, Protocol):
+    """A ``PromptIds`` workload whose every session is one turn, with no system prompt and no extra
+    fields, that gives that turn without its text: ``turn_shape(i)`` is ``session(i).turns[0]`` but
+    for its ``text``, which ``prompt_ids(i)`` gives as ids. A virtual run never reads a prompt's
+    text, and building it (and decoding the word stream it is cut from) cost it more than the rest
+    of the session did; such a session has no context to keep either (nothing follows its turn)."""
+
+    def turn_shape(self, i: int) -> Turn: ...
+
+
+_NO_EXTRA: dict[str, Any] = {}  # the extra fields of a session given by ``turn_shape``: none (never changed)
+
+
 class SessionRun:
-    """One session being played: its turns, its context, and whom it reports to when it ends."""
+    """One session being played: its turns, its context, and whom it reports to when it ends.
 
-    __slots__ = ("session", "index", "k", "ctx", "parent", "kids", "due", "user", "tools")
+    ``ctx`` is None for a session given as one turn and its prompt's ids (``SingleTurns``)."""
 
-    def __init__(self, session: Session, parent: SessionRun | None, user: int, index: int = -1) -> None:
-        self.session, self.k, self.parent, self.user = session, 0, parent, user
+    __slots__ = ("turns", "session_id", "extra", "index", "k", "ctx", "parent", "kids", "due", "user", "tools")
+
+    def __init__(
+        self,
+        session_id: int,
+        turns: tuple[Turn, ...],
+        extra: dict[str, Any],
+        ctx: Context | None,
+        parent: SessionRun | None,
+        user: int,
+        index: int = -1,
+    ) -> None:
+        self.session_id, self.turns, self.extra, self.ctx = session_id, turns, extra, ctx
+        self.k, self.parent, self.user = 0, parent, user
         self.index = index  # the workload's index of a session the run started (-1: a subagent's)
-        self.ctx = Context(session.system)
         self.kids = 0  # subagent sessions still running
         self.due = 0  # when the next turn is due (think time from the last answer)
-        self.tools = bool(session.extra.get("tools"))
+        self.tools = bool(extra.get("tools"))
+
+    @classmethod
+    def of(cls, session: Session, parent: SessionRun | None, user: int, index: int = -1) -> SessionRun:
+        """The run of ``session`` (its context from its system prompt)."""
+        return cls(session.session, session.turns, session.extra, Context(session.system), parent, user, index)
 
 
 class VirtualLoop:
@@ -132,6 +166,7 @@ class VirtualLoop:
         self.cut = None if cut_ns is None else origin_ns + cut_ns  # nothing runs past it
         self.max_sessions, self.ignore_eos = max_sessions, ignore_eos
         self._prompt_ids = workload.prompt_ids if isinstance(workload, PromptIds) else None
+        self._turn_shape = workload.turn_shape if isinstance(workload, SingleTurns) else None
         self.room = min(sim.max_model_len, engine.max_model_len)
         self.ended: list[VirtualRequest] = []
         self.tokens = TokenLog()  # every token's instant, as spans
@@ -160,6 +195,14 @@ class VirtualLoop:
             start = eng._next_start()
             if start is None:
                 continue  # every request due was refused: nothing to run yet
+            due = self._next_due()
+            bound = _NEVER if due is None else due
+            if self.cut is not None and self.cut < bound:
+                bound = self.cut
+            end = eng.quiet_steps(start, bound)
+            if end != start:  # steps in which only counts changed, until the next has more to do
+                self.end_ns = end
+                continue
             step = eng.step_at(start)
             if step is None:
                 raise RuntimeError("the virtual engine holds requests but can schedule none")
@@ -214,20 +257,24 @@ class VirtualLoop:
     def _start_session(self, t: int, user: int) -> None:
         if not self._may_start() or (self.start_by is not None and t >= self.start_by):
             return
-        session = self.workload.session(self._sessions)
-        run = SessionRun(session, None, user, self._sessions)
+        i = self._sessions
+        shape = self._turn_shape
+        if shape is not None:
+            run = SessionRun(i, (shape(i),), _NO_EXTRA, None, None, user, i)
+        else:
+            run = SessionRun.of(self.workload.session(i), None, user, i)
         self._sessions += 1
         run.due = t
         self._turn_due(run, t)
 
     def _turn_due(self, run: SessionRun, now: int) -> None:
         """Turn ``run.k`` is next: its subagents start ``now``; it is due at ``run.due`` (after them)."""
-        turn = run.session.turns[run.k]
+        turn = run.turns[run.k]
         if turn.children and not run.kids:
             run.kids = len(turn.children)
             self.waiting[run] = None
             for child in turn.children:
-                kid = SessionRun(child, run, -1)
+                kid = SessionRun.of(child, run, -1)
                 kid.due = now
                 self._turn_due(kid, now)
             return
@@ -236,21 +283,24 @@ class VirtualLoop:
 
     def _send(self, run: SessionRun, t: int) -> None:
         """Turn ``run.k`` goes to the server at ``t`` (a perfect client sends on time)."""
-        turn = run.session.turns[run.k]
-        api = getattr(turn, "api", "") or "chat"
+        turn = run.turns[run.k]
+        api = turn.api or "chat"
         if api in _POOLED:
             raise ConfigError(f"--sim-virtual: {api} stages are not modelled in virtual time; run it in real time")
-        given = self._prompt_ids
-        if given is not None and run.k == 0 and run.index >= 0 and not run.session.system:
-            ids = run.ctx.add_turn(turn, given(run.index))
+        given, ctx = self._prompt_ids, run.ctx
+        if ctx is None:  # one turn given as its ids (SingleTurns)
+            assert given is not None
+            ids = given(run.index)
+        elif given is not None and run.k == 0 and run.index >= 0 and ctx.empty:
+            ids = ctx.add_turn(turn, given(run.index))
         else:
-            ids = run.ctx.add_turn(turn)
+            ids = ctx.add_turn(turn)
         self._seq += 1
         r = VirtualRequest(
             f"{self.run_id}-{self._seq}", ids, 0, t, ended=self.ended, log=self.tokens, run=run, seq=self._seq
         )
         r.turn, r.t_sched, r.tools_offered = run.k, t, run.tools
-        r.session_id, r.prompt_len = run.session.session, len(ids)
+        r.session_id, r.prompt_len = run.session_id, len(ids)
         r.prompt_tokens_requested, r.max_tokens_requested = turn.prompt_tokens, turn.max_tokens
         room = self.room - len(ids)
         limit = turn.max_tokens
@@ -263,9 +313,7 @@ class VirtualLoop:
         n_out = limit if self.ignore_eos else min(limit, natural_length(ids, self.sim.natural_mean_tokens))
         r.max_tokens, r.finish = n_out, "length" if n_out >= limit else "stop"
         if self.sim.tool_calls > 0 and api == "chat":
-            call = tool_call_for(
-                run.session.extra, ids, self._seq, r.rid, self.sim.tool_calls, self.sim.tool_call_shape
-            )
+            call = tool_call_for(run.extra, ids, self._seq, r.rid, self.sim.tool_calls, self.sim.tool_call_shape)
             r.tool_call = call is not None
         self.engine.submit(r)
         self.inflight[r] = None
@@ -276,9 +324,10 @@ class VirtualLoop:
         del self.inflight[r]
         run = r.run
         assert run is not None
-        run.ctx.add_answer(len(r.prompt_ids), r.emitted, r.tool_call)
         run.k += 1
-        turns = run.session.turns
+        turns = run.turns
+        if run.ctx is not None and run.k < len(turns):  # (a last answer is never part of a prompt)
+            run.ctx.add_answer(len(r.prompt_ids), r.emitted, r.tool_call)
         if run.k < len(turns):
             run.due = end + turns[run.k].think_ns
             self._turn_due(run, end)
@@ -288,7 +337,7 @@ class VirtualLoop:
     def _session_failed(self, run: SessionRun, t: int) -> None:
         """A turn was refused: the session's later turns are not sent."""
         why = f"not sent: turn {run.k} of its session ended http_error"
-        self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k + 1, len(run.session.turns)))
+        self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k + 1, len(run.turns)))
         self._session_ended(run, t)
 
     def _session_ended(self, run: SessionRun, end: int) -> None:
@@ -313,14 +362,14 @@ class VirtualLoop:
             self.done.append(req)
             run = req.run
             assert run is not None
-            self.unsent.extend(Unsent(run, k, req.t_sched, why) for k in range(run.k + 1, len(run.session.turns)))
+            self.unsent.extend(Unsent(run, k, req.t_sched, why) for k in range(run.k + 1, len(run.turns)))
         self.inflight.clear()
         for t, _, run in self._heap:
-            self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k, len(run.session.turns)))
+            self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k, len(run.turns)))
         self._heap.clear()
         # a turn waiting on subagents still running would have been due after them: not before the cut
         cut = self.end_ns if self.cut is None else self.cut
         for run in self.waiting:
             t = max(run.due, cut)
-            self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k, len(run.session.turns)))
+            self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k, len(run.turns)))
         self.waiting.clear()

@@ -111,7 +111,7 @@ def records_table(
         "point": pa.repeat(pa.scalar(point, pa.int32()), n + m),
         "shard": pa.repeat(pa.scalar(0, pa.int32()), n + m),
         "request": _ints(np.concatenate([seq, np.zeros(m, np.int64)]), pa.int64()),
-        "session": _ints(np.concatenate([session, [u.run.session.session for u in unsent]]), pa.int64()),
+        "session": _ints(np.concatenate([session, [u.run.session_id for u in unsent]]), pa.int64()),
         "turn": _ints(np.concatenate([turn, [u.turn for u in unsent]]), pa.int32()),
         "endpoint": pa.repeat(pa.scalar(ENDPOINT, pa.string()), n + m),
         "model": pa.repeat(pa.scalar(sim.model_name, pa.string()), n + m),
@@ -177,7 +177,7 @@ def _strings(
 
 
 def _turn(u: Unsent) -> Turn:
-    return u.run.session.turns[u.turn]
+    return u.run.turns[u.turn]
 
 
 def truth_table(done: Sequence[VirtualRequest]) -> pa.Table:

@@ -79,7 +79,16 @@ class TokenLog:
         by = np.argsort(at[keep], kind="stable")  # by request, each one's spans in emission order
         at, first, count = at[keep][by], first[keep][by], count[keep][by]
         np.cumsum(np.bincount(at, weights=count, minlength=n).astype(np.int64), out=offsets[1:])
-        ends = np.cumsum(count)
-        index = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
-        index += np.repeat(first - (ends - count), count)
+        some = count > 0
+        first, count = first[some], count[some]
+        if not len(count):
+            return offsets, np.zeros(0, np.int64)
+        # Token p of span k is values[first[k] + p - (its start in the output)]: each next token's index
+        # is one on from the last, but where a span starts. One array of steps, summed in place (a run's
+        # tokens are tens of millions: each array of them costs its memory's first touch).
+        starts = np.cumsum(count) - count
+        index = np.ones(int(starts[-1] + count[-1]), np.int64)
+        index[0] = first[0]
+        index[starts[1:]] = first[1:] - (first[:-1] + count[:-1] - 1)
+        np.cumsum(index, out=index)
         return offsets, values[index]
