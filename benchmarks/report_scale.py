@@ -1,7 +1,7 @@
 """How long ``loadgen report`` takes, and how much memory it holds, on a run of N requests.
 
 Builds a run folder of N requests (default 1,000,000) streaming up to 128 chunks each, fast
-(numpy, written straight to records.parquet in slices, as ``records.compact`` writes it) and
+(numpy, written straight to records.parquet as ``records.compact`` writes it: its writer, its row groups) and
 varied like a real run: Poisson arrivals at 300 req/s (an hour is a million requests),
 sessions of 1-4 turns, lognormal TTFT and per-request inter-token gaps with per-chunk
 jitter, chunks of 1-3 tokens, prompt and cached tokens, and ~2 % failures (HTTP errors with
@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
+from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
 from loadgen.records import PARQUET_NAME, SCHEMA, file_metadata
 
 CHUNKS = 128
@@ -134,10 +135,11 @@ def build_run(folder: Path, n: int, k: int = CHUNKS, seed: int = 0) -> None:
     for start in range(0, n, SLICE):
         batch, t = _slice(rng, start, min(SLICE, n - start), t, k)
         batches.append(batch)
-    # as records.compact writes it: one table, pyarrow's row groups (1 Mi rows), zstd
-    table = pa.Table.from_batches(batches).combine_chunks().replace_schema_metadata(schema.metadata)
+    # as records.compact writes it: its writer, row groups of ROW_GROUP_ROWS rows
+    table = pa.Table.from_batches(batches).replace_schema_metadata(schema.metadata)
     del batches
-    pq.write_table(table, folder / PARQUET_NAME, compression="zstd")
+    with parquet_writer(folder / PARQUET_NAME, table.schema) as w:
+        w.write_table(table, row_group_size=ROW_GROUP_ROWS)
     arrival = {"kind": "poisson", "rate": RATE, "cv": None, "concurrency": None, "speed": None}
     meta = {
         "run_id": "20260101-000000-bench",

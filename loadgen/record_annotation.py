@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike
 
 from loadgen.errors import ConfigError, SpecError
 from loadgen.record_fit import conform
+from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
 from loadgen.record_version import VERSION_KEY, check_readable, parse_version
 from loadgen.records import PARQUET_NAME, SCHEMA, SCHEMA_VERSION, file_metadata
 
@@ -65,8 +66,9 @@ def annotate(
 
     ``table``: the file's records as ``records.read_records`` returned them (every row, in file
     order, derived columns left out), so that the file is not read again: only its footer is,
-    and any column of a newer minor version the table lacks. The file is written row group by
-    row group (as many rows each as the file had), from the table as it is: no second copy."""
+    and any column of a newer minor version the table lacks. The file is written as compaction
+    writes it (``record_parquet.parquet_writer``), row group by row group of ``ROW_GROUP_ROWS`` rows,
+    from the table as it is: no second copy."""
     path = Path(folder) / PARQUET_NAME
     if not path.exists():
         raise ConfigError(f"{folder}: no {PARQUET_NAME} to annotate (the run's records were not compacted)")
@@ -84,9 +86,9 @@ def annotate(
     version = max(found, SCHEMA_VERSION, key=parse_version)
     kept = kept.replace_schema_metadata({**file_metadata(), VERSION_KEY: version, **meta})
     tmp = path.with_name(PARQUET_NAME + ".tmp")
-    rows = footer.row_group(0).num_rows if footer.num_row_groups else 0
-    try:  # pq.write_table writes ``kept`` a row group at a time (a slice each: no copy of the table)
-        pq.write_table(kept, tmp, compression="zstd", row_group_size=max(rows, _MIN_ROW_GROUP))
+    try:  # the writer takes ``kept`` a row group at a time (a slice each: no copy of the table)
+        with parquet_writer(tmp, kept.schema) as w:
+            w.write_table(kept, row_group_size=ROW_GROUP_ROWS)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -108,9 +110,6 @@ def read_metadata(folder: str | os.PathLike[str]) -> dict[str, str]:
         if key.startswith(METADATA_PREFIX):
             out[key] = v.decode("utf-8", "replace")
     return out
-
-
-_MIN_ROW_GROUP = 1 << 14  # rows per row group at least (a file of one small group keeps that size)
 
 
 def _with_newer(table: pa.Table, schema: pa.Schema, footer: pq.FileMetaData, path: Path) -> pa.Table:

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from loadgen.errors import ConfigError, SpecError
 from loadgen.record_fit import RowFitter, conform
+from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer, read_parquet
 from loadgen.record_version import VERSION_KEY, check_readable, stamped
 from loadgen.run_folder import RunState, json_bytes, load_run_json, replace_run, run_state_of, writable_folder
 from loadgen.stream_file import StreamFile, read_batches
@@ -289,8 +290,8 @@ def read_records(run_dir: str | os.PathLike[str]) -> pa.Table:
     if parquet.exists():
         try:
             check_readable(pq.read_schema(parquet).metadata, SCHEMA_VERSION, str(parquet))
-            return pq.read_table(parquet, schema=SCHEMA)
-        except (pa.ArrowException, OSError) as e:
+            return read_parquet(parquet, SCHEMA)
+        except (pa.ArrowException, OSError, ValueError) as e:
             raise _unreadable(parquet, e) from None
     return pa.concat_tables([read_stream(p) for p in _streams(run)])
 
@@ -345,7 +346,7 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
     parts.clear()  # the streams' records are held once, by ``table``, never sorted whole
     table = table.replace_schema_metadata(file_metadata())
     tmp = run / (PARQUET_NAME + ".tmp")
-    try:  # row groups of _ROW_GROUP rows: the writer holds one encoded at a time, a reader decodes one
+    try:  # row groups of ROW_GROUP_ROWS rows: the writer holds one encoded at a time, a reader decodes one
         _write_sorted(table, tmp)
         os.replace(tmp, parquet)
     except OSError as e:
@@ -357,9 +358,6 @@ def compact(run_dir: str | os.PathLike[str], streams: Iterable[Path] | None = No
     return parquet
 
 
-_ROW_GROUP = 1 << 17  # rows per row group of records.parquet (~17 M chunks of a 128-chunk run)
-
-
 def _write_sorted(table: pa.Table, path: Path) -> None:
     """Write ``table`` sorted by (point, t_sched), stably, as ``table.sort_by`` would, a row group
     at a time: each group's rows taken batch by batch from the batches that hold them (a take
@@ -369,11 +367,11 @@ def _write_sorted(table: pa.Table, path: Path) -> None:
     order = by_time.to_numpy().astype(np.int64)  # (arrow gives uint64)
     batches = table.to_batches()
     starts = np.cumsum([0, *(b.num_rows for b in batches)])
-    with pq.ParquetWriter(path, table.schema, compression="zstd") as w:
+    with parquet_writer(path, table.schema) as w:
         if table.num_rows == 0:
             w.write_table(table)
-        for lo in range(0, table.num_rows, _ROW_GROUP):
-            w.write_table(_taken(table.schema, batches, starts, order[lo : lo + _ROW_GROUP]))  # then freed
+        for lo in range(0, table.num_rows, ROW_GROUP_ROWS):
+            w.write_table(_taken(table.schema, batches, starts, order[lo : lo + ROW_GROUP_ROWS]))  # then freed
 
 
 def _taken(schema: pa.Schema, batches: list[pa.RecordBatch], starts: Any, rows: Any) -> pa.Table:

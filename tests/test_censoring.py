@@ -17,7 +17,8 @@ from hand_runs import written
 from rich.console import Console
 
 from loadgen.analysis.columns import int_column
-from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json
+from loadgen.analysis.latency_samples import latency_samples
+from loadgen.analysis.metrics import SLO, summarize, summary_to_json
 from loadgen.analysis.stats import describe, percentile_ci
 from loadgen.analysis.timeseries import timeseries
 from loadgen.analysis.window import Window, choose_window

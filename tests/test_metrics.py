@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from loadgen.analysis.metrics import SLO, Summary, latency_samples, summarize, summary_to_json
+from loadgen.analysis.latency_samples import latency_samples
+from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
 from loadgen.analysis.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, iter_interval_histograms, timeseries
 from loadgen.analysis.validity import summary_caveats
 from loadgen.analysis.window import MetricsError, Window, choose_window

@@ -277,11 +277,10 @@ def test_a_failed_rewrite_leaves_the_file_as_it_was(tmp_path: Path, monkeypatch:
     d = run_folder(tmp_path / "run", mixed_records())
     before = (d / PARQUET_NAME).read_bytes()
 
-    def full_disk(table: pa.Table, where: Any, **kw: Any) -> None:
-        Path(where).write_bytes(b"PAR1 half")
-        raise OSError(28, "No space left on device")
+    def full_disk(writer: pq.ParquetWriter, table: pa.Table, **kw: Any) -> None:
+        raise OSError(28, "No space left on device")  # (the writer has begun the file)
 
-    monkeypatch.setattr(pq, "write_table", full_disk)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full_disk)
     with pytest.raises(ConfigError, match="cannot annotate .*No space left.*unchanged"):
         annotate_run(d)
     assert (d / PARQUET_NAME).read_bytes() == before

@@ -23,18 +23,20 @@ import pyarrow.parquet as pq
 import pytest
 from report_scale_run import varied_table
 
-from loadgen import records
+from loadgen import record_annotation, records
 from loadgen.analysis import selection
 from loadgen.analysis import timeseries as timeseries_module
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.columns import Cols, chunk_blocks, itl_icl
-from loadgen.analysis.metrics import SLO, latency_samples, summarize, summary_to_json
+from loadgen.analysis.latency_samples import latency_samples
+from loadgen.analysis.metrics import SLO, summarize, summary_to_json
 from loadgen.analysis.selection import describe_blocks
 from loadgen.analysis.sessions import session_summary
 from loadgen.analysis.stats import describe
 from loadgen.analysis.timeseries import chart_interval, hist_percentile, timeseries
 from loadgen.analysis.window import choose_window
 from loadgen.record_annotation import DERIVED
+from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
 from loadgen.records import (
     PARQUET_NAME,
     SCHEMA,
@@ -225,10 +227,16 @@ def test_compact_sorts_row_group_by_row_group_as_one_sort_would(
         for b in rows.to_batches(max_chunksize=17):
             stream.append(bytes(b.serialize()), b.num_rows)
         stream.close()
-    monkeypatch.setattr(records, "_ROW_GROUP", 64)
+    monkeypatch.setattr(records, "ROW_GROUP_ROWS", 64)
     compact(tmp_path)
     got = pq.ParquetFile(tmp_path / PARQUET_NAME)
     assert [got.metadata.row_group(i).num_rows for i in range(got.num_row_groups)] == [64] * 6 + [16]
+    group = got.metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+    for delta in ("chunk_ns.list.element", "t_sched", "t_first", "request"):  # instants and ids as deltas
+        assert "DELTA_BINARY_PACKED" in encodings[delta] and "RLE_DICTIONARY" not in encodings[delta]
+    for coded in ("chunk_tokens.list.element", "status", "http_status"):  # few distinct values: by dictionary
+        assert "RLE_DICTIONARY" in encodings[coded]
     assert got.read().equals(shuffled.sort_by([("point", "ascending"), ("t_sched", "ascending")]))
 
 
@@ -248,11 +256,13 @@ def test_annotate_writes_from_the_table_it_is_given_reading_only_the_footer(
         return whole(where, columns=columns, **kw)
 
     monkeypatch.setattr(pq, "read_table", only_new_columns)
+    monkeypatch.setattr(record_annotation, "ROW_GROUP_ROWS", 128)
     annotate_run(tmp_path, table=table)
     assert asked == [["from_a_newer_minor"]]  # the records themselves are not read again
     monkeypatch.undo()
     out = pq.ParquetFile(tmp_path / PARQUET_NAME)
-    assert [out.metadata.row_group(i).num_rows for i in range(out.num_row_groups)] == [300]  # >= 16384 a group
+    groups = [out.metadata.row_group(i).num_rows for i in range(out.num_row_groups)]
+    assert groups == [128, 128, 44]  # as compaction writes them, whatever the file had (100 a group)
     back = out.read()
     assert back.column_names == [*SCHEMA.names, "from_a_newer_minor", *DERIVED]
     assert back.select(SCHEMA.names).equals(t.select(SCHEMA.names)) and back["from_a_newer_minor"].equals(
@@ -297,3 +307,29 @@ def test_a_report_run_again_leaves_the_annotated_file_as_it_is(tmp_path: Path, m
     assert written == [] and (tmp_path / PARQUET_NAME).read_bytes() == first  # the same annotation: not rewritten
     annotate_run(tmp_path, choose_window(read_records(tmp_path), warmup_s=2.0))
     assert written == [tmp_path]  # another window: another annotation
+
+
+def test_the_series_counts_are_the_same_merged_every_few_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = varied_table(1500)
+    shuffled = t.take(np.random.default_rng(4).permutation(t.num_rows))  # rows out of time order
+    want = [timeseries(t), timeseries(t, 0.5), timeseries(shuffled)]
+    monkeypatch.setattr(timeseries_module, "_MERGE_PAIRS", 64)  # merged after nearly every block
+    monkeypatch.setattr(timeseries_module, "_SERIES_BLOCK", 500)
+    again = [pa.Table.from_batches(x.to_batches()) for x in (t, t, shuffled)]  # new tables: not memoised
+    assert [timeseries(again[0]), timeseries(again[1], 0.5), timeseries(again[2])] == want
+    assert want[0] == want[2] and len(want[0]) > 10
+
+
+def test_a_file_of_pyarrows_default_layout_reads_as_one_of_ours(tmp_path: Path) -> None:
+    t = varied_table(500).replace_schema_metadata(file_metadata())
+    old, new = tmp_path / "old", tmp_path / "new"
+    for d in (old, new):
+        d.mkdir()
+    pq.write_table(t.drop_columns(["stage", "inputs"]), old / PARQUET_NAME, row_group_size=200)  # before: defaults
+    with parquet_writer(new / PARQUET_NAME, t.schema) as w:
+        w.write_table(t, row_group_size=ROW_GROUP_ROWS)
+    got_old, got_new = read_records(old), read_records(new)
+    assert got_new.equals(t.select(SCHEMA.names).replace_schema_metadata(None))
+    assert got_old.drop_columns(["stage", "inputs"]).equals(got_new.drop_columns(["stage", "inputs"]))
+    assert got_old.column("stage").null_count == got_old.num_rows  # a column the file lacks reads as null
+    assert (new / PARQUET_NAME).stat().st_size < (old / PARQUET_NAME).stat().st_size

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from loadgen.analysis.metrics import SLO
 from loadgen.analysis.pareto import cost_per_million
-from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
+from loadgen.analysis.point_figures import PointFigures
+from loadgen.analysis.points import RunAnalysis, analyze_run
 from loadgen.analysis.traffic import TrafficCheck, check_traffic, traffic_mismatches
 from loadgen.analysis.validity import Validity
 from loadgen.errors import ConfigError

@@ -21,7 +21,6 @@ attainment count every request that did not finish ok, ``not_sent`` included, as
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -29,92 +28,19 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import (
-    Cols,
-    Floats,
-    Latencies,
-    Mask,
-    Tokens,
-    chunk_blocks,
-    itl_icl,
-    itl_icl_blocks,
-)
+from loadgen.analysis.columns import Cols, Floats, Latencies, Mask
+from loadgen.analysis.latency_samples import itl_icl_first, itl_icl_walk
 from loadgen.analysis.outcomes import error_fields, status_counts, token_count_fields, value_counts
-from loadgen.analysis.selection import FirstPass, describe_many, first_passes, order_statistics
+from loadgen.analysis.selection import describe_many
 from loadgen.analysis.stats import PERCENTILES, Dist, describe, json_number
 from loadgen.analysis.tokens import token_fields
 from loadgen.analysis.window import MetricsError, Window, choose_window
+from loadgen.analysis.window_tokens import window_tokens
 
-__all__ = ["SLO", "Summary", "summarize", "summary_to_json", "latency_samples"]
+__all__ = ["SLO", "Summary", "summarize", "summary_to_json"]
 
 # per-user speed also at p10 and p1: the slowest users (p90 / p99 of TPOT), which a planner needs
 SPEED_PERCENTILES = tuple(sorted({1.0, 10.0, *PERCENTILES}))
-
-
-class LatencySamples(Mapping[str, Floats]):
-    """``latency_samples``: each kind sorted when it is first asked for (a CDF of TTFT needs no
-    ITL, which is a sample per token of the run)."""
-
-    KINDS = ("ttft", "ttft_censored", "itl")
-
-    def __init__(self, c: Cols, window: Window) -> None:
-        self._c, self._window, self._rows = c, window, window.contains(c.t_sched)
-        self._got: dict[str, Floats] = {}
-
-    def __getitem__(self, kind: str) -> Floats:
-        if kind not in self._got:
-            self._got[kind] = self._sample(kind)
-        return self._got[kind]
-
-    def _sample(self, kind: str) -> Floats:
-        lat = Latencies.of(self._c)
-        if kind == "ttft":
-            return _sorted(lat.ttft[self._rows])
-        if kind == "ttft_censored":
-            return _sorted(lat.ttft_c[self._rows])
-        if kind == "itl":
-            out: Floats = np.sort(itl_icl(self._c, self._rows)[0])
-            return out
-        raise KeyError(kind)
-
-    def positive_count(self, kind: str) -> int:
-        """How many samples of ``kind`` are finite and > 0 (what a CDF on a log axis draws)."""
-        if kind != "itl":
-            return int(np.count_nonzero(np.isfinite(self[kind]) & (self[kind] > 0)))
-        first = _itl_icl_first(self._c, self._window)[0]
-        return first.n - first.not_positive
-
-    def positive_at(self, kind: str, ranks: Sequence[int] | NDArray[np.integer[Any]]) -> Floats:
-        """The finite, > 0 samples of ``kind`` at the 0-based ``ranks`` of their ascending order:
-        a CDF's steps without sorting (nor holding) a sample per token of the run."""
-        if kind != "itl":
-            x = self[kind]
-            return np.asarray(x[np.isfinite(x) & (x > 0)][np.asarray(ranks, dtype=np.int64)], dtype=np.float64)
-        first = _itl_icl_first(self._c, self._window)[0]  # the summary's first pass: ITL has no NaN nor inf
-        at = np.asarray(ranks, dtype=np.int64) + first.not_positive  # the positive samples come last
-        return order_statistics(self._itl, at, first)
-
-    def _itl(self) -> Iterator[tuple[Floats, Tokens]]:
-        for itl, _ in itl_icl_blocks(self._c, self._rows):
-            yield itl
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.KINDS)
-
-    def __len__(self) -> int:
-        return len(self.KINDS)
-
-
-def latency_samples(table: pa.Table, window: Window) -> LatencySamples:
-    """Sorted samples in ms of the requests scheduled in ``window``, exactly what ``summarize``
-    folds into its percentiles (for CDF charts): ``ttft`` (exact, per request), ``ttft_censored``
-    (requests without a first token: at least this long) and ``itl`` (per token), each computed
-    when first read."""
-    return LatencySamples(Cols.of(table), window)
-
-
-def _sorted(x: Floats) -> Floats:
-    return np.sort(x[~np.isnan(x)])
 
 
 # --------------------------------------------------------------------------- SLO
@@ -285,7 +211,7 @@ def _summarize(table: pa.Table, c: Cols, w: Window, slo: SLO | None) -> Summary:
         window_s=w.length_s,
         success_pct=_pct(counts.get("ok", 0), n_in),
         **_latency_fields(c, lat, w),
-        **_throughput_fields(c, w, inwin),
+        **_throughput_fields(table, c, w, inwin),
         **_slo_fields(c, w, inwin, met),
         **token_count_fields(c, inwin, okw),
         **error_fields(c, inwin),
@@ -299,7 +225,7 @@ def _latency_fields(c: Cols, lat: Latencies, w: Window) -> dict[str, Any]:
     tp = lat.tpot[inwin]
     tp = tp[~np.isnan(tp)]
     # ITL (g/k, k samples each) and ICL from the same walks of the chunks (selection.describe_many)
-    itl, icl = describe_many(_itl_icl_walk(c, inwin), 2, firsts=_itl_icl_first(c, w))
+    itl, icl = describe_many(itl_icl_walk(c, inwin), 2, firsts=itl_icl_first(c, w))
     return dict(
         schedule_lag=_dist(lat.lag, lat.lag_c, inwin),
         ttft=_dist(lat.ttft, lat.ttft_c, inwin),
@@ -312,31 +238,16 @@ def _latency_fields(c: Cols, lat: Latencies, w: Window) -> dict[str, Any]:
     )
 
 
-def _itl_icl_walk(c: Cols, rows: Mask) -> Callable[[], Iterator[tuple[tuple[Floats, Tokens], tuple[Floats, None]]]]:
-    """The blocks of ``selection.describe_many`` for ITL (g/k, k samples each) and ICL of ``rows``."""
-    return lambda: (((v, k), (gap, None)) for (v, k), gap in itl_icl_blocks(c, rows))
-
-
-def _itl_icl_first(c: Cols, w: Window) -> list[FirstPass]:
-    """ITL's and ICL's first pass over the window's chunks, once per table and window: the
-    summary's Dists and a CDF's steps (``LatencySamples``) both start from it."""
-    return c.once(("itl_icl_first", w), lambda: first_passes(_itl_icl_walk(c, w.contains(c.t_sched)), 2))
-
-
 def _dist(exact: Floats, censored: Floats, rows: Mask) -> Dist:
     """``describe`` of the rows' exact values with their censored ones (NaNs are dropped there)."""
     return describe(exact[rows], censored=censored[rows])
 
 
-def _throughput_fields(c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
+def _throughput_fields(table: pa.Table, c: Cols, w: Window, inwin: Mask) -> dict[str, Any]:
     """Tokens whose chunks arrived in the window, and request rates, per second of it."""
     (sent, has_sent), (done, has_done) = c.t["t_sent"], c.t["t_done"]
     length = w.length_s
-    out_all = out_ok = 0
-    for b in chunk_blocks(c):  # tokens of the chunks that arrived in the window, of every request and of ok ones
-        tok_in = np.where(w.contains(b.ns), b.tok, 0)
-        out_all += int(tok_in.sum())
-        out_ok += int(tok_in[c.ok[b.row0 + b.owner]].sum())
+    out_all, out_ok, _ = window_tokens(table, w)  # (the walk also counts the batches of the tok/s interval)
     prompt_in = _prompt_tokens(c, inwin)
     return dict(
         output_tokens_in_window=out_all,

@@ -123,6 +123,9 @@ def status_counts(found: dict[str, int]) -> dict[str, int]:
     return out
 
 
+_LATE_BLOCK = 1 << 18  # chunks per block of buffered_rows' first walk (per-row sums: any blocks give the same)
+
+
 def buffered_rows(c: Cols, rows: Mask) -> Mask:
     """Per row: one of ``rows`` that looks buffered, not streamed. It has at least
     ``BUFFERED_MIN_TOKENS`` output tokens, at least ``BUFFERED_SHARE`` of them arrived at one
@@ -137,10 +140,13 @@ def buffered_rows(c: Cols, rows: Mask) -> Mask:
     rows = rows & has_sent & has_done & (span_all > 0) & (total_all >= BUFFERED_MIN_TOKENS)
     # a buffered row has >= BUFFERED_SHARE of its tokens at one late instant, so at least that many
     # late: the rows short of it (every streamed one) are left out before the exact test below
+    # (every row's chunks walked, in blocks that stay in cache: nearly every row is one of ``rows``,
+    # and picking their chunks out would cost more than the others' few; theirs are masked below)
     late_tok = np.zeros(c.n)
-    for b in chunk_blocks(c, rows):
+    threshold = BUFFERED_SHARE * span_all
+    for b in chunk_blocks(c, size=_LATE_BLOCK):
         row = b.row0 + b.owner
-        late = (b.ns - sent[row]) >= BUFFERED_SHARE * span_all[row]
+        late = (b.ns - sent[row]) >= threshold[row]
         late_tok[b.row0 : b.row0 + b.owner[-1] + 1] = np.bincount(b.owner, weights=np.where(late, b.tok, 0))
     rows &= late_tok >= BUFFERED_SHARE * total_all
     for b in chunk_blocks(c, rows):

@@ -8,38 +8,25 @@ re-rendered later from the records.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.analysis.attainment import Capacity, attainment_interval, capacity_at_slo
-from loadgen.analysis.columns import Cols, chunk_blocks
-from loadgen.analysis.distributions import t_ppf
-from loadgen.analysis.metrics import SLO, Summary, summarize
-from loadgen.analysis.pareto import cost_per_million, frontier, per_gpu
-from loadgen.analysis.pipeline import PipelineFigures, pipeline_figures, pipeline_view
+from loadgen.analysis.attainment import Capacity, capacity_at_slo
+from loadgen.analysis.metrics import SLO
+from loadgen.analysis.pareto import frontier
+from loadgen.analysis.pipeline import pipeline_figures, pipeline_view
+from loadgen.analysis.point_figures import Judging, PointFigures, point_figures
 from loadgen.analysis.saturation import first_saturated, observe
-from loadgen.analysis.sessions import SessionSummary, load_unit, session_summary
-from loadgen.analysis.stats import rate_ci
-from loadgen.analysis.validity import (
-    VALID,
-    Caveat,
-    Validity,
-    cache_caveats,
-    interruption,
-    point_caveats,
-    run_caveats,
-)
+from loadgen.analysis.sessions import load_unit
+from loadgen.analysis.validity import VALID, Caveat, Validity, interruption, run_caveats
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import read_records, read_run_meta
 
 __all__ = [
-    "PointFigures",
     "RunAnalysis",
     "analyze_run",
     "ArrivalJson",
@@ -49,68 +36,6 @@ __all__ = [
     "slo_to_json",
     "point_window",
 ]
-
-_BATCHES = 8  # batch means for the throughput interval
-
-
-@dataclass
-class PointFigures:
-    """Every figure of one load point, with its interval where one is meaningful."""
-
-    index: int
-    label: str  # the arrival, as written
-    phase: str
-    rate: float | None  # target offered rate (open loop)
-    concurrency: int | None  # closed loop
-    summary: Summary
-    output_tps_ci: tuple[float, float]
-    gpus: float | None
-    attainment_ci: tuple[float, float] | None  # two-sided, fraction
-    goodput_ci: tuple[float, float] | None
-    costs: dict[str, float]  # $ / M output tokens per price label
-    caveats: list[Caveat] = field(default_factory=list)
-    validity: Validity = VALID  # the point's own (its run's is RunAnalysis.validity)
-    on_frontier: bool = False
-    sessions: SessionSummary | None = None  # whole-session figures (analysis.sessions)
-    pipeline: PipelineFigures | None = None  # a pipeline run's stage breakdown (analysis.pipeline)
-    unit: str = "req/s"  # of an open-loop rate: sessions/s for sessions of several turns
-
-    @property
-    def warnings(self) -> list[str]:  # the caveats' messages, for views that show words only
-        return [c.message for c in self.caveats]
-
-    @property
-    def x(self) -> float:
-        """Median per-user speed (tok/s, from 1/TPOT per request): the Pareto x axis."""
-        d = self.summary.per_user_tps
-        return d.pct(50)[0] if d.n else math.nan
-
-    @property
-    def y(self) -> float:
-        """Output tok/s, per GPU when a GPU count was given: the Pareto y axis."""
-        return per_gpu(self.summary.output_tps, self.gpus)
-
-    @property
-    def y_ci(self) -> tuple[float, float]:
-        return (per_gpu(self.output_tps_ci[0], self.gpus), per_gpu(self.output_tps_ci[1], self.gpus))
-
-    @property
-    def short_label(self) -> str:
-        """The load alone ("8 req/s", "16 users"); the arrival kind is the same for the whole sweep."""
-        if self.rate is not None:
-            return f"{self.rate:g} {self.unit}"
-        if self.concurrency is not None:
-            return f"{self.concurrency} users"
-        return self.label
-
-    @property
-    def load(self) -> float:
-        """The load axis: target rate, else concurrency, else the measured offered rate."""
-        if self.rate is not None:
-            return self.rate
-        if self.concurrency is not None:
-            return float(self.concurrency)
-        return self.summary.offered_rps
 
 
 @dataclass
@@ -228,31 +153,6 @@ def slo_from_json(d: SLOJson | None) -> tuple[SLO | None, str, float]:
     )
 
 
-def _throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tuple[float, float]:
-    """Output tok/s interval by batch means: the window cut into 8 batches, Student t over them.
-
-    Token arrivals are autocorrelated (a batch of sequences decodes together), so a
-    per-token or per-second interval would be too narrow; 8 long batches are nearly
-    independent once each is longer than a request's lifetime.
-    """
-    if table.num_rows == 0 or w.length_s <= 0:
-        return (math.nan, math.nan)
-    edges = np.linspace(w.start_ns, w.end_ns, _BATCHES + 1)
-    per = np.zeros(_BATCHES)
-    listed = pc.sum(pc.list_value_length(table.column("chunk_tokens"))).as_py() or 0
-    c = Cols.of(table)  # the table's chunk columns, converted once (analysis.columns)
-    for b in chunk_blocks(c):
-        # np.histogram's bins: edges[i] <= ns < edges[i + 1] (as floats); ns < end_ns leaves out the last edge
-        at = np.searchsorted(edges, b.ns.astype(np.float64), side="right") - 1
-        inwin = (b.ns >= w.start_ns) & (b.ns < w.end_ns) & (at >= 0) & (at < _BATCHES)
-        tok = b.tok[inwin] if listed == c.chunks else None
-        per += np.bincount(at[inwin], weights=None if tok is None else tok.astype(np.float64), minlength=_BATCHES)
-    per /= w.length_s / _BATCHES
-    m, sd = float(per.mean()), float(per.std(ddof=1))
-    half = float(t_ppf(0.5 + confidence / 2, _BATCHES - 1)) * sd / math.sqrt(_BATCHES)
-    return (max(0.0, m - half), m + half)
-
-
 def point_window(
     table: pa.Table, warmup_s: float = 0.0, cooldown_s: float = 0.0, verb: str = "measured"
 ) -> tuple[Window, str | None]:
@@ -265,18 +165,6 @@ def point_window(
         return choose_window(table), f"{e}; {verb} the whole point, warm-up included"
 
 
-@dataclass(frozen=True)
-class _Judging:
-    """How a run is judged: the options given, else what run.json recorded."""
-
-    slo: SLO | None
-    slo_name: str
-    target_pct: float
-    gpus: float | None
-    prices: dict[str, float]
-    lag_limit_ms: float
-
-
 def _judging(
     meta: dict[str, Any],
     slo: SLO | None,
@@ -285,10 +173,10 @@ def _judging(
     gpus: float | None,
     prices: dict[str, float] | None,
     lag_limit_ms: float | None,
-) -> _Judging:
+) -> Judging:
     sw = meta.get("sweep") or {}
     saved_slo, saved_name, saved_target = slo_from_json(sw.get("slo") or meta.get("slo"))
-    return _Judging(
+    return Judging(
         slo=slo if slo is not None else saved_slo,
         slo_name=slo_name if slo_name is not None else saved_name,
         target_pct=target_pct if target_pct is not None else saved_target,
@@ -367,52 +255,23 @@ def analyze_run(
     return a
 
 
-def _all_figures(meta: dict[str, Any], table: pa.Table, how: _Judging) -> list[PointFigures]:
+def _all_figures(meta: dict[str, Any], table: pa.Table, how: Judging) -> list[PointFigures]:
     """Each point's figures from its own rows (a sweep's ``point`` column says whose)."""
     sweep = "points" in meta
     out = []
     for pm in _point_meta(meta):
         k = int(pm["index"])
         rows = table.filter(pc.equal(table.column("point"), pa.scalar(k))) if sweep else table
-        p = _figures(k, pm, pipeline_view(rows), how)
+        view = pipeline_view(rows)
+        window, problem = point_window(view, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))
+        p = point_figures(k, pm, view, how, window, problem)
         out.append(
             replace(p, unit=load_unit(meta.get("workload") or {}), pipeline=pipeline_figures(rows, p.summary.window))
         )
     return out
 
 
-def _figures(k: int, pm: PointJson, table: pa.Table, how: _Judging) -> PointFigures:
-    arr = pm.get("arrival", {})
-    window, problem = point_window(table, float(pm.get("warmup_s", 0.0)), float(pm.get("cooldown_s", 0.0)))
-    s = summarize(table, window, how.slo)
-    att = gp = None
-    if how.slo is not None and s.slo_met is not None:
-        att = attainment_interval(s.slo_met, s.requests, 0.975)  # two one-sided 97.5% = a 95% interval
-        good = round((s.goodput_rps or 0.0) * s.window_s) if s.window_s > 0 else 0
-        gp = rate_ci(good, s.window_s)
-    costs = {name: cost_per_million(s.output_tps, price, how.gpus or 1.0) for name, price in how.prices.items()}
-    caveats = point_caveats(pm, s, how.lag_limit_ms, more=cache_caveats(table, pm))
-    caveats += [Caveat("window_fallback", problem)] if problem else []
-    closed = arr.get("kind") == "closed"
-    return PointFigures(
-        index=k,
-        label=str(arr.get("label", "")),
-        phase=str(pm.get("phase", "")),
-        rate=arr.get("rate") if not closed else None,
-        concurrency=arr.get("concurrency") if closed else None,
-        summary=s,
-        output_tps_ci=_throughput_ci(table, s.window),
-        gpus=how.gpus,
-        attainment_ci=att,
-        goodput_ci=gp,
-        costs=costs,
-        caveats=caveats,
-        validity=Validity.of(caveats),
-        sessions=session_summary(table, window),
-    )
-
-
-def _capacity(a: RunAnalysis, how: _Judging) -> Capacity | None:
+def _capacity(a: RunAnalysis, how: Judging) -> Capacity | None:
     """Capacity at SLO over the trusted open-loop points (None without an SLO or any open-loop
     point); the suspect points left out are named in its note."""
     open_pts = [p for p in a.points if p.rate is not None]

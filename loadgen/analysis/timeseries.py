@@ -60,8 +60,14 @@ def hist_percentile(h: HdrHistogram, p: float) -> int:
 
 _TEMPLATE = HdrHistogram(1, HIST_HIGHEST_US, _HIST_DIGITS)
 _BINS = int(_TEMPLATE.counts_len)  # counters of one histogram
-_DENSE = 1 << 24  # (interval, counter) pairs counted densely per block, else sparsely
+# a block's (interval, counter) pairs are counted densely when they number at most 4 per sample
+# (or 64 Ki), else by sorting the samples' keys
+_DENSE_PER_SAMPLE, _DENSE_MIN = 4, 1 << 16
+_MERGE_PAIRS = 1 << 20  # pairs counted by blocks before they are merged (``_SparseCounts``): 50 MB to sort
 CHART_INTERVALS = 300  # the time-series chart's intervals at most (``chart_interval``)
+# chunks per block of the series' walk: its figures are counts (any blocks give the same), and a
+# quarter of a million keeps a block's dozen temporaries in cache (twice as fast as 4 Mi)
+_SERIES_BLOCK = 1 << 18
 
 
 def _counter_index(v: Ints) -> Ints:
@@ -77,6 +83,7 @@ def _counter_index(v: Ints) -> Ints:
 
 
 _LOWEST = np.array([_TEMPLATE.get_value_from_index(i) for i in range(_BINS)], dtype=np.int64)  # per counter
+assert _BINS < 2**15  # (a counter fits an int16: _Sparse)
 
 
 def _us_index(value_ms: Floats) -> Ints:
@@ -86,11 +93,13 @@ def _us_index(value_ms: Floats) -> Ints:
 
 @dataclass
 class _Sparse:
-    """Values already quantised to HdrHistogram bins, grouped by interval, so a
-    histogram is filled with one ``record_value`` per distinct bin."""
+    """Samples already quantised to HdrHistogram counters, grouped by interval, so a histogram
+    is filled with one ``record_value`` per distinct counter. Ten bytes a pair of a 1 s series
+    (its ITL pairs at a million requests: ~15 M): the interval as int32 where it fits, the
+    counter as int16 (``_BINS`` of them; its lowest equivalent value is ``_LOWEST[counter]``)."""
 
-    bucket: Ints  # sorted
-    value: Ints  # lowest equivalent value, us
+    bucket: NDArray[np.signedinteger[Any]]  # sorted
+    counter: NDArray[np.int16]
     count: Ints
 
     @classmethod
@@ -102,43 +111,86 @@ class _Sparse:
     def hist(self, i: int) -> HdrHistogram:
         h = HdrHistogram(1, HIST_HIGHEST_US, _HIST_DIGITS)
         lo, hi = np.searchsorted(self.bucket, [i, i + 1])
-        _fill(h, self.value[lo:hi], self.count[lo:hi])
+        _fill(h, _LOWEST[self.counter[lo:hi]], self.count[lo:hi])
         return h
 
 
 class _SparseCounts:
     """A ``_Sparse`` counted block by block: each block by (interval, counter) pairs, densely
-    over the intervals it spans, then merged (``done``)."""
+    over the intervals and counters it spans when they are few beside its samples (a block of
+    ITL gaps spans a few intervals and a few thousand counters), else by sorting; merged every
+    ``_MERGE_PAIRS`` pairs into the sorted, disjoint parts counted so far (``_merge``), and at
+    the end (``done``)."""
 
     def __init__(self) -> None:
-        self.keys: list[Ints] = []
+        self.keys: list[Ints] = []  # the blocks' pairs not yet merged, each block's sorted
         self.totals: list[Ints] = []
+        self.pending = 0
+        self.merged: list[tuple[Ints, Ints]] = []  # (keys, totals): ascending, each part's keys below the next's
 
     def add(self, bucket: Ints, counter: Ints, counts: Tokens | None) -> None:
         """Samples by interval and HdrHistogram counter (``_us_index``), ``counts`` of each (None: one)."""
         if bucket.size == 0:
             return
-        key = bucket.astype(np.int64) * _BINS + counter
         w = None if counts is None else counts.astype(np.float64)
-        lo, hi = int(key.min()), int(key.max())
-        if hi - lo < _DENSE:
-            got = np.rint(np.bincount(key - lo, weights=w, minlength=hi - lo + 1)).astype(np.int64)
+        b0, c0 = int(bucket.min()), int(counter.min())
+        width = int(counter.max()) - c0 + 1
+        size = (int(bucket.max()) - b0 + 1) * width
+        if size <= max(_DENSE_PER_SAMPLE * bucket.size, _DENSE_MIN):
+            got = np.bincount((bucket - b0) * width + (counter - c0), weights=w, minlength=size)
             (at,) = np.nonzero(got)
-            self.keys.append(at + lo)
-            self.totals.append(got[at])
+            b, c = np.divmod(at, width)
+            self.keys.append((b + b0) * _BINS + (c + c0))
+            self.totals.append(got[at] if w is None else np.rint(got[at]).astype(np.int64))
         else:
+            key = bucket.astype(np.int64) * _BINS + counter
             uniq, inv = np.unique(key, return_inverse=True)
             self.keys.append(uniq)
             self.totals.append(np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64))
+        self.pending += self.keys[-1].size
+        if self.pending >= _MERGE_PAIRS:
+            self._merge()
+
+    def _merge(self) -> None:
+        """The pending pairs merged into ``merged``: only its pairs from the least pending key on
+        are merged again (blocks come in row order, so those are a few intervals' worth)."""
+        if not self.keys:
+            return
+        keys, totals = np.concatenate(self.keys), np.concatenate(self.totals)
+        self.keys, self.totals, self.pending = [], [], 0
+        lo = int(keys.min())
+        again: list[tuple[Ints, Ints]] = []
+        while self.merged and int(self.merged[-1][0][-1]) >= lo:
+            k, t = self.merged.pop()
+            i = int(np.searchsorted(k, lo))
+            again.append((k[i:], t[i:]))
+            if i:
+                self.merged.append((k[:i], t[:i]))
+                break
+        uniq, inv = np.unique(np.concatenate([*(k for k, _ in again), keys]), return_inverse=True)
+        weights = np.concatenate([*(t for _, t in again), totals])
+        self.merged.append(
+            (uniq, np.rint(np.bincount(inv.ravel(), weights=weights, minlength=uniq.size)).astype(np.int64))
+        )
 
     def done(self) -> _Sparse:
-        if not self.keys:
-            e = np.zeros(0, dtype=np.int64)
-            return _Sparse(e, e, e)
-        uniq, inv = np.unique(np.concatenate(self.keys), return_inverse=True)
-        total = np.bincount(inv.ravel(), weights=np.concatenate(self.totals), minlength=uniq.size)
-        b, idx = np.divmod(uniq, _BINS)
-        return _Sparse(b, _LOWEST[idx], np.rint(total).astype(np.int64))
+        self._merge()
+        parts, self.merged = self.merged, []
+        n = sum(k.size for k, _ in parts)
+        wide = bool(parts) and int(parts[-1][0][-1]) // _BINS >= 2**31
+        out = _Sparse(
+            np.empty(n, dtype=np.int64 if wide else np.int32), np.empty(n, dtype=np.int16), np.empty(n, dtype=np.int64)
+        )
+        at = 0
+        parts.reverse()
+        while parts:  # each part let go once copied: the pairs are held once, not twice
+            k, t = parts.pop()
+            bucket, counter = np.divmod(k, _BINS)
+            out.bucket[at : at + k.size] = bucket
+            out.counter[at : at + k.size] = counter
+            out.count[at : at + k.size] = t
+            at += k.size
+        return out
 
 
 def _fill(h: HdrHistogram, values: Ints, counts: Ints) -> None:
@@ -209,7 +261,7 @@ def _all_series(table: pa.Table, intervals: tuple[float, ...], t0_ns: int | None
     ttft_ms, e2e_ms = ms(first[has_first], c.t_sched[has_first]), ms(done[m], c.t_sched[m])
     tokens = [np.zeros(nb) for nb in sizes]
     itl = [_SparseCounts() for _ in steps]
-    for blk in chunk_blocks(c):
+    for blk in chunk_blocks(c, size=_SERIES_BLOCK):
         sel = blk.tok > 0
         ns = blk.ns[sel]
         gap, has_prev = gaps(blk.owner[sel], ns)
@@ -302,7 +354,7 @@ def _percentiles(sp: _Sparse, nb: int, ps: tuple[int, ...]) -> dict[int, Ints]:
     for p in ps:
         target = np.maximum(np.floor(min(p, 100.0) * total / 100 + 0.5).astype(np.int64), 1)
         at = np.minimum(np.searchsorted(running, before + target), max(sp.count.size - 1, 0))
-        got = _highest()[_counter_index(sp.value[at])] if sp.count.size else np.zeros(nb, dtype=np.int64)
+        got = _highest()[sp.counter[at]] if sp.count.size else np.zeros(nb, dtype=np.int64)
         out[p] = np.where(total > 0, got, -1)
     return out
 

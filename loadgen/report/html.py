@@ -18,7 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run
+from loadgen.analysis.point_figures import PointFigures
+from loadgen.analysis.points import RunAnalysis, analyze_run
 from loadgen.analysis.validity import FIRST_CODES
 from loadgen.report.banner import banner_lines, virtual_line
 from loadgen.report.chart_style import to_png, to_svg

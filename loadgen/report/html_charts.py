@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from matplotlib.figure import Figure
 
-from loadgen.analysis.metrics import latency_samples
-from loadgen.analysis.points import PointFigures, RunAnalysis
+from loadgen.analysis.latency_samples import latency_samples
+from loadgen.analysis.point_figures import PointFigures
+from loadgen.analysis.points import RunAnalysis
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.timeseries import chart_interval, timeseries
 from loadgen.records import load_server_metrics

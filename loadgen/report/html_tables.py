@@ -18,7 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from loadgen.analysis.points import PointFigures, RunAnalysis
+from loadgen.analysis.point_figures import PointFigures
+from loadgen.analysis.points import RunAnalysis
 from loadgen.analysis.pooled import PooledFigures, pooled_figures
 from loadgen.analysis.stream_shape import itl_approximate, source_shares_text
 from loadgen.analysis.tool_use import ToolUse, tool_use

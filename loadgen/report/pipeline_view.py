@@ -13,7 +13,7 @@ from collections.abc import Callable
 from rich.table import Table
 
 from loadgen.analysis.pipeline import PipelineFigures, StageFigures
-from loadgen.analysis.points import PointFigures
+from loadgen.analysis.point_figures import PointFigures
 from loadgen.report.markup import esc
 
 __all__ = ["STAGES_CAPTION", "pipeline_line", "stage_lines", "stage_table", "stage_columns"]

@@ -19,7 +19,8 @@ from rich.text import Text
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summary_to_json
 from loadgen.analysis.pareto import cost_per_million, per_gpu
-from loadgen.analysis.points import PointFigures, RunAnalysis, analyze_run, slo_to_json
+from loadgen.analysis.point_figures import PointFigures
+from loadgen.analysis.points import RunAnalysis, analyze_run, slo_to_json
 from loadgen.analysis.run_summary import SUMMARY_SCHEMA_VERSION
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.validity import validity_json
