@@ -2,7 +2,7 @@
 
 While a run goes on, records are appended to crash-safe Arrow IPC streams (``records*.arrows``,
 one per shard, each batch's buffers zstd-compressed: ``stream_file``); at the end
-``records.compact`` merges them into records.parquet. This writes N requests of up to 128
+``record_compact.compact`` merges them into records.parquet. This writes N requests of up to 128
 chunks (``report_scale``'s varied records: Poisson at 300 req/s, 1-3 tokens a chunk, ~2 %
 failures) into 4 shard streams in batches of ``--batch`` rows (the engine flushes every 0.2 s:
 60 rows at 300 req/s) through the same ``StreamFile`` the engine's ``RecordWriter`` uses, then
@@ -70,8 +70,8 @@ def write_streams(folder: Path, n: int, batch: int, writer: bool) -> int:
 
 
 def compact_in_child(folder: Path) -> tuple[float, float]:
-    """(seconds, peak RSS GiB) of ``records.compact(folder)`` in a child process."""
-    code = f"from loadgen.records import compact; compact({str(folder)!r})"
+    """(seconds, peak RSS GiB) of ``record_compact.compact(folder)`` in a child process."""
+    code = f"from loadgen.record_compact import compact; compact({str(folder)!r})"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True)
     return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20

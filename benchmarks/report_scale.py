@@ -1,7 +1,7 @@
 """How long ``loadgen report`` takes, and how much memory it holds, on a run of N requests.
 
 Builds a run folder of N requests (default 1,000,000) streaming up to 128 chunks each, fast
-(numpy, written straight to records.parquet as ``records.compact`` writes it: its writer, its row groups) and
+(numpy, written straight to records.parquet as ``record_compact.compact`` writes it: its writer, its row groups) and
 varied like a real run: Poisson arrivals at 300 req/s (an hour is a million requests),
 sessions of 1-4 turns, lognormal TTFT and per-request inter-token gaps with per-chunk
 jitter, chunks of 1-3 tokens, prompt and cached tokens, and ~2 % failures (HTTP errors with
@@ -135,7 +135,7 @@ def build_run(folder: Path, n: int, k: int = CHUNKS, seed: int = 0) -> None:
     for start in range(0, n, SLICE):
         batch, t = _slice(rng, start, min(SLICE, n - start), t, k)
         batches.append(batch)
-    # as records.compact writes it: its writer, row groups of ROW_GROUP_ROWS rows
+    # as record_compact.compact writes it: its writer, row groups of ROW_GROUP_ROWS rows
     table = pa.Table.from_batches(batches).replace_schema_metadata(schema.metadata)
     del batches
     with parquet_writer(folder / PARQUET_NAME, table.schema) as w:

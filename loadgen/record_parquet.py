@@ -1,6 +1,6 @@
 """How records.parquet is laid out: its row groups, its columns' encodings, and its reading.
 
-``records.compact`` writes the file a run leaves and ``record_annotation.annotate`` rewrites it
+``record_compact.compact`` writes the file a run leaves and ``record_annotation.annotate`` rewrites it
 with the analysis's columns; both write it through ``parquet_writer``, ``ROW_GROUP_ROWS`` rows a
 group, so every records.parquet has one layout: zstd, instants and ids delta-coded, the columns
 of few distinct values by dictionary (4.5 B per chunk of a 128-chunk run, against 5.3 with

@@ -26,6 +26,7 @@ from loadgen.analysis.points import point_window
 from loadgen.analysis.window import choose_window
 from loadgen.errors import ConfigError, SpecError
 from loadgen.record_annotation import DERIVED, annotate, read_metadata
+from loadgen.record_compact import compact
 from loadgen.record_version import VERSION_KEY, parse_version
 from loadgen.records import (
     PARQUET_NAME,
@@ -35,7 +36,6 @@ from loadgen.records import (
     Record,
     RecordWriter,
     check_run_folder,
-    compact,
     read_records,
     read_stream,
     tool_info,

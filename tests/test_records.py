@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 from loadgen import record_fit
 from loadgen.errors import ConfigError, SpecError
+from loadgen.record_compact import compact
 from loadgen.records import (
     PARQUET_NAME,
     SCHEMA,
     STATUSES,
     Record,
     RecordWriter,
-    compact,
     read_records,
     read_stream,
     write_json,

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from report_scale_run import varied_table
 
-from loadgen import record_annotation, records
+from loadgen import record_annotation, record_compact
 from loadgen.analysis import selection
 from loadgen.analysis import timeseries as timeseries_module
 from loadgen.analysis.annotate import annotate_run
@@ -36,13 +36,13 @@ from loadgen.analysis.stats import describe
 from loadgen.analysis.timeseries import chart_interval, hist_percentile, timeseries
 from loadgen.analysis.window import choose_window
 from loadgen.record_annotation import DERIVED
+from loadgen.record_compact import compact
 from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
 from loadgen.records import (
     PARQUET_NAME,
     SCHEMA,
     Record,
     RecordWriter,
-    compact,
     file_metadata,
     read_records,
     read_stream,
@@ -227,7 +227,7 @@ def test_compact_sorts_row_group_by_row_group_as_one_sort_would(
         for b in rows.to_batches(max_chunksize=17):
             stream.append(bytes(b.serialize()), b.num_rows)
         stream.close()
-    monkeypatch.setattr(records, "ROW_GROUP_ROWS", 64)
+    monkeypatch.setattr(record_compact, "ROW_GROUP_ROWS", 64)
     compact(tmp_path)
     got = pq.ParquetFile(tmp_path / PARQUET_NAME)
     assert [got.metadata.row_group(i).num_rows for i in range(got.num_row_groups)] == [64] * 6 + [16]

@@ -39,7 +39,8 @@ from loadgen.client.point import run_engine
 from loadgen.client.preflight import preflight
 from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
 from loadgen.client.usage_probe import PerChunkUsage, resolved
-from loadgen.records import compact, make_folder, read_records, tool_info, write_json
+from loadgen.record_compact import compact
+from loadgen.records import make_folder, read_records, tool_info, write_json
 from loadgen.redaction import REDACTED, Secrets
 from loadgen.run_folder import mark_finished, mark_running
 from loadgen.untrusted import clean_text

@@ -56,7 +56,8 @@ from loadgen.client.run import (
 from loadgen.client.settings import RunSettings, settings_json
 from loadgen.client.usage_probe import resolved
 from loadgen.errors import ConfigError
-from loadgen.records import SCHEMA, compact, make_folder, read_stream, tool_info, write_json
+from loadgen.record_compact import compact
+from loadgen.records import SCHEMA, make_folder, read_stream, tool_info, write_json
 from loadgen.redaction import Secrets
 from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.search import Step, count_cv, search_end
