@@ -282,3 +282,15 @@ def test_a_sweep_stopped_by_sigint_keeps_its_interrupted_point_and_sends_no_othe
     assert point["client"]["interrupted"] is True
     with pytest.raises(ConfigError, match="--force"):  # the folder holds a run now
         run_sweep(SweepSettings(base=base, plan=plan), lambda salt: SyntheticChat(16, 4), out)
+
+
+@pytest.mark.parametrize("report", [True, False])
+def test_a_sweep_writes_report_html_unless_told_not_to(tmp_path: Path, report: bool) -> None:
+    from loadgen.cli.main import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--sim-virtual", "--rates", "2,4", "--point-duration", "4", "--warmup", "1"]
+    argv += ["--input-tokens", "32", "--output-tokens", "8", "--no-live", "--out", str(out)]
+    assert main(argv if report else [*argv, "--no-report"]) == 0
+    assert (out / "summary.json").exists() and (out / "records.parquet").exists()
+    assert (out / "report.html").exists() is report and (out / "pareto.svg").exists() is report

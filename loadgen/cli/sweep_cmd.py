@@ -357,7 +357,7 @@ def main(args: argparse.Namespace) -> int:
         if not result.interrupted:
             raise LoadgenError("the sweep ended before its first point was sent")
         return ending(True, result.stop_reason, cut, None)
-    report = render_sweep(out)
+    report = render_sweep(out, html=getattr(args, "report", True))
     report.print(Console(width=None if sys.stdout.isatty() else 160))
     if (note := sizing_note(settings.plan.sizing, [p.step for p in result.points])) is not None:
         console.print(note, style="yellow" if "hit a cap" in note else "dim", highlight=False)

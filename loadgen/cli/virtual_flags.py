@@ -103,6 +103,6 @@ def sweep_virtual(
     )
     if not result.points:
         raise ConfigError("the sweep's plan has no point")
-    render_sweep(out).print(Console(width=None if sys.stdout.isatty() else 160))
+    render_sweep(out, html=getattr(args, "report", True)).print(Console(width=None if sys.stdout.isatty() else 160))
     console.print(VIRTUAL_BANNER, style="bold", highlight=False)
     return gate_after_run(out, args)

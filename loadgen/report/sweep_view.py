@@ -107,7 +107,7 @@ def frontier_table(a: RunAnalysis) -> Table:
 @dataclass
 class SweepReport:
     analysis: RunAnalysis
-    html: Path
+    html: Path | None  # None: no report.html written (--no-report)
 
     def print(self, console: Console | None = None) -> None:
         console = console or Console()
@@ -120,7 +120,8 @@ class SweepReport:
             console.print(line)
         for w in a.warnings + [f"{p.short_label}: {w}" for p in a.points for w in p.warnings]:
             console.print(Text("warning: " + w, style="yellow"))
-        console.print(f"report: {self.html}")
+        if self.html is not None:
+            console.print(f"report: {self.html}")
 
 
 def headline(a: RunAnalysis) -> list[str]:
@@ -221,8 +222,9 @@ def analysis_json(a: RunAnalysis) -> dict[str, Any]:
     }
 
 
-def render_sweep(run_dir: Path, **options: Any) -> SweepReport:
-    """Recompute a sweep's figures from its records; write summary.json, report.html, pareto.svg/png.
+def render_sweep(run_dir: Path, *, html: bool = True, **options: Any) -> SweepReport:
+    """Recompute a sweep's figures from its records; write summary.json, and (``html``: not under
+    ``--no-report``) report.html and pareto.svg/png.
 
     ``options`` override what run.json recorded (``slo``, ``target_pct``, ``gpus``, ``prices``, ``lag_limit_ms``).
     """
@@ -231,4 +233,4 @@ def render_sweep(run_dir: Path, **options: Any) -> SweepReport:
     # in_window and the figures' own columns in records.parquet, per point, for one-line queries
     records = a.records if a.records is not None else a.table  # per request as written
     annotate_run(Path(run_dir), {p.index: p.summary.window for p in a.points}, table=records)
-    return SweepReport(a, write_report(Path(run_dir), analysis=a))
+    return SweepReport(a, write_report(Path(run_dir), analysis=a) if html else None)
