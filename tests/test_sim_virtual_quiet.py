@@ -131,6 +131,21 @@ def test_a_synthetic_turn_shape_is_its_session_s_turn_but_for_the_text():
         assert wl.turn_shape(i) == replace(s.turns[0], text="")
 
 
+@pytest.mark.parametrize("salt", ["", "pt"])
+@pytest.mark.parametrize("n", [0, 1, 64, 700])
+def test_a_synthetic_prompt_s_view_holds_its_ids_and_slices_as_they_do(salt: str, n: int):
+    """``prompt_view`` (what a virtual run reads) is ``prompt_ids`` without the list: the same ints,
+    and its slices the same (the prefix cache's blocks, natural_length's last 64), read-only."""
+    wl = SyntheticChat(n, 9, seed=3, salt=salt)
+    for i in (0, 7, 99_999):
+        ids, view = wl.prompt_ids(i), wl.prompt_view(i)
+        assert len(view) == len(ids) and list(view) == ids
+        assert list(view[-64:]) == ids[-64:] and list(view[16:32]) == ids[16:32]
+    if n and not salt:
+        with pytest.raises(TypeError):
+            wl.prompt_view(0)[0] = 1  # type: ignore[index]  # (a memoryview: mypy sees a Sequence)
+
+
 def test_flattened_spans_are_each_request_s_instants_in_the_order_they_were_emitted():
     log = TokenLog()
     a_ends, b_ends = [10, 20, 30, 40, 50], [15, 25, 35]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ class SimConfig:
             raise ValueError(f"tool-call shape {self.tool_call_shape!r}: one of {', '.join(TOOL_SHAPES)}")
 
 
-def natural_length(prompt_ids: list[int], mean: int) -> int:
+def natural_length(prompt_ids: Sequence[int], mean: int) -> int:
     """Where the simulated model would emit EOS: a pure function of the prompt."""
     return _natural_draw(zlib.crc32(np.asarray(prompt_ids[-64:], dtype=np.int64).tobytes()), mean)
 
@@ -123,7 +124,7 @@ class SseFrames:
         return b"data: " + self.head + b',"choices":[],"usage":' + orjson.dumps(usage) + b"}\n\n"
 
 
-def chunk_seed(prompt_ids: list[int]) -> int:
+def chunk_seed(prompt_ids: Sequence[int]) -> int:
     """The seed of a request's chunk sizes (``chunk_size``): a hash of its prompt's end."""
     return zlib.crc32(np.asarray(prompt_ids[-64:], dtype=np.int64).tobytes())
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from loadgen.sim.model import SimRequest
@@ -32,11 +33,14 @@ if TYPE_CHECKING:
 
 __all__ = ["DecodeSet", "SteadyDecodes", "by_order"]
 
+# A member's admission order in the low bits of its heap key (a run admits fewer than 2**32 times).
+_ORDER_BITS = 32
+
 
 class DecodeSet:
     """Running sequences that only decode, as counts and sums over the step index (module note)."""
 
-    __slots__ = ("bs", "n", "base", "buckets", "finish", "later", "ends")
+    __slots__ = ("bs", "n", "base", "buckets", "finish", "ending", "later", "ends")
 
     def __init__(self, block_size: int) -> None:
         self.bs = block_size
@@ -47,7 +51,10 @@ class DecodeSet:
         self.n = 0  # members
         self.base = 0  # sum over members of (computed - g0): their context at step g is base + n * g
         self.buckets = [0] * self.bs  # members that need a new block at steps g = residue (mod block_size)
-        self.finish: list[tuple[int, int, Seq]] = []  # (the step of its last token, order, member)
+        # The step of each member's last token, as a heap of ints ``step << _ORDER_BITS | order`` (a
+        # tuple's comparisons made a push and a pop cost 3x), and the member of each of them.
+        self.finish: list[int] = []
+        self.ending: dict[int, Seq] = {}
         self.later: list[tuple[int, int, Seq]] = []  # (first crossing, order, member): more than a block away
 
     def add(self, s: Seq, g: int) -> None:
@@ -57,7 +64,9 @@ class DecodeSet:
         self.n += 1
         self.base += s.computed - g
         last = g + s.req.max_tokens - s.req.emitted - 1
-        heapq.heappush(self.finish, (last, s.order, s))
+        key = last << _ORDER_BITS | s.order
+        heapq.heappush(self.finish, key)
+        self.ending[key] = s
         spare = s.blocks * bs - s.computed  # tokens it may still compute in the blocks it holds
         cross = g + spare  # the step whose token is the first past them
         s.bucket = -1
@@ -87,12 +96,21 @@ class DecodeSet:
     def finishing(self, g: int) -> list[Seq]:
         """The members whose last token is step ``g``'s, in running order (they are still members)."""
         out: list[Seq] = []
-        fin = self.finish
-        while fin and fin[0][0] <= g:
-            s = heapq.heappop(fin)[2]
+        fin, ending = self.finish, self.ending
+        below = (g + 1) << _ORDER_BITS  # the keys of steps up to g
+        while fin and fin[0] < below:
+            s = ending.pop(heapq.heappop(fin))
             if s.steady:
                 out.append(s)
         return out
+
+    def next_last(self) -> int:
+        """The earliest step a member emits its last token at (there is a member): entries of those
+        that left on their own (cancelled) are dropped on the way."""
+        fin, ending = self.finish, self.ending
+        while not ending[fin[0]].steady:
+            del ending[heapq.heappop(fin)]
+        return fin[0] >> _ORDER_BITS
 
     def remove(self, s: Seq, g_last: int) -> int:
         """``s`` leaves after step ``g_last``: its ``computed`` and ``blocks`` are brought up to date,
@@ -107,11 +125,15 @@ class DecodeSet:
             s.blocks += 1 + (g_last - s.g_x) // self.bs
         s.computed += m
         s.steady = False
+        if not self.n:  # what is left in the heaps is members that left: drop them (and their requests)
+            self.finish.clear()
+            self.ending.clear()
+            self.later.clear()
         return s.g0
 
     def members(self) -> list[Seq]:
         """Every member, in running order."""
-        return sorted((e[2] for e in self.finish if e[2].steady), key=by_order)
+        return sorted((s for s in self.ending.values() if s.steady), key=by_order)
 
     def clear(self) -> None:
         """Forget every member (the caller removed each first)."""
@@ -238,6 +260,5 @@ class SteadyDecodes:
             self._slow = [s for s in self._slow if not s.done and not s.steady]
 
 
-def by_order(s: Seq) -> int:
-    """The running list's order: admission order."""
-    return s.order
+# The running list's order: admission order (a C-level key: sorts and bisects call it per probe).
+by_order: Callable[[Seq], int] = attrgetter("order")

@@ -19,6 +19,7 @@ order they start, whichever engine they are on: ``_next_start`` is the earliest 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from loadgen.sim.engine_loop import EngineLoop
@@ -95,7 +96,7 @@ class DisaggregatedModel(RooflineModel):
         self._where[req] = engine
         BatchScheduler.submit(engine, proxy)
 
-    def _route_prefill(self, prompt: list[int]) -> RooflineModel:
+    def _route_prefill(self, prompt: Sequence[int]) -> RooflineModel:
         pool = self.prefill_pool
         if len(pool) == 1:
             return pool[0]

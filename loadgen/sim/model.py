@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,7 +40,9 @@ COALESCE_NS = 10_000_000
 @dataclass(eq=False, slots=True)
 class SimRequest:
     rid: str
-    prompt_ids: list[int]  # built-in tokenizer ids, for prefix-cache hashing
+    # built-in tokenizer ids, for prefix-cache hashing: a list, or any sequence whose slices are sequences
+    # (a virtual run's synthetic prompts are arrays); never changed while the request is in the engine
+    prompt_ids: Sequence[int]
     max_tokens: int  # tokens this request will produce (EOS already decided)
     arrival_ns: int
     emitted: int = 0

@@ -29,7 +29,6 @@ A prompt's block names are a ``prefix_cache.BlockChain``: hashed as far as a loo
 from __future__ import annotations
 
 import asyncio
-import heapq
 import random
 import zlib
 from bisect import bisect_left
@@ -117,22 +116,22 @@ class BatchScheduler(SteadyDecodes, StepCost):
         ds = self._dset
         if ds is None or self._slow or self._waiting or not ds.n:
             return start
-        fin, ends, pool, n = ds.finish, ds.ends, self.pool, ds.n
-        t, g0 = start, len(ends)
-        while t < bound:
-            while not fin[0][2].steady:  # (a member that left: its entry stays until it comes up)
-                heapq.heappop(fin)
-            g = len(ends)
-            if fin[0][0] <= g:  # someone's last token: an ordinary step
+        # The members stay the same throughout: their count, summed context (``ds.context``), buckets
+        # and first last token; ``ds.crossings`` is called only where a member joins a bucket.
+        ends, pool, n, base, buckets, later, bs = ds.ends, self.pool, ds.n, ds.base, ds.buckets, ds.later, ds.bs
+        step_s = self._step_s
+        t = start
+        g = g0 = len(ends)
+        last = ds.next_last()
+        while t < bound and g < last:  # (at ``last``, someone's last token: an ordinary step)
+            need = ds.crossings(g) if later and later[0][0] <= g else buckets[g % bs]
+            if need and not pool.allocate(need):  # someone would be preempted: the walk decides who
                 break
-            need = ds.crossings(g)
-            if need > pool.num_free:  # someone would be preempted: the walk decides who
-                break
-            pool.allocate(need)
-            ctx = ds.context(g)
-            t += int(self._step_s(n, ctx, 0, ctx, n) * 1e9)
+            ctx = base + n * (g + 1)
+            t += int(step_s(n, ctx, 0, ctx, n) * 1e9)
             ends.append(t)
-        steps = len(ends) - g0
+            g += 1
+        steps = g - g0
         if steps:
             self._t_model = t
             self._c["gen"] += n * steps

@@ -23,6 +23,7 @@ byte pieces around the per-answer parts (the call's id and name, the argument te
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -117,7 +118,7 @@ class ToolCall(NamedTuple):
 
 
 def tool_call_for(
-    body: dict[str, Any], prompt_ids: list[int], seq: int, rid: str, share: float, shape: str
+    body: dict[str, Any], prompt_ids: Sequence[int], seq: int, rid: str, share: float, shape: str
 ) -> ToolCall | None:
     """The tool call this chat request is answered with, or None (a content answer)."""
     choice = body.get("tool_choice")
@@ -144,7 +145,7 @@ def finish_reason_of(call: ToolCall, finish: str, stopped: bool = False) -> str:
     return "tool_calls"
 
 
-def _drawn(prompt_ids: list[int], seq: int, share: float) -> bool:
+def _drawn(prompt_ids: Sequence[int], seq: int, share: float) -> bool:
     """Whether the share picks this request: a uniform draw seeded by its prompt and sequence number."""
     if share <= 0:
         return False

@@ -11,7 +11,7 @@ system prompt, and the prefix that keeps each pass over a finite trace apart.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Protocol
@@ -88,6 +88,22 @@ class SyntheticChat:
         head.extend(_window(self.seed, i, max(n - 1, 0)).tolist())
         return head
 
+    def prompt_view(self, i: int) -> Sequence[int]:
+        """``prompt_ids(i)``'s ints without a list of them: the simulator in virtual time
+        (sim.virtual.loop.SingleTurns) only reads a prompt's length and slices of it, and a list of
+        512 ints cost it more than the rest of the request's bookkeeping. Without a salt, a read-only
+        memoryview of the seed's word stream (no copy); with one, an ``array`` of int64 (a salt's
+        token ids are hashes, beyond the word ids' int16)."""
+        n = self.input_tokens
+        if not self.salt:
+            if n > _STREAM_TOKENS:
+                return _window(self.seed, i, n).data.toreadonly()
+            start = _start(self.seed, i, n)
+            return _view(self.seed)[start : start + n]
+        ids = array("q", BUILTIN.encode(f" {self.salt}_{i}"))
+        ids.frombytes(_window(self.seed, i, max(n - 1, 0)).astype(np.int64).tobytes())
+        return ids
+
     def turn_shape(self, i: int) -> Turn:
         """Session ``i``'s one turn as ``session(i)`` has it but for its text (left empty), which
         ``prompt_ids(i)`` gives as ids: for a driver that never reads the text (the simulator in
@@ -118,6 +134,7 @@ _STREAM_TOKENS = 1 << 20
 # that ``_text`` is ``decode_words``.
 _SPACED_LENGTHS = np.array([1 + len(w) for w in WORDS], dtype=np.int64)
 _streams: dict[int, npt.NDArray[np.int16]] = {}
+_views: dict[int, memoryview] = {}
 
 
 def _window(seed: int, i: int, n: int) -> npt.NDArray[np.int16]:
@@ -129,6 +146,14 @@ def _window(seed: int, i: int, n: int) -> npt.NDArray[np.int16]:
         return np.resize(np.roll(stream, -(i % _STREAM_TOKENS)), n)
     start = _start(seed, i, n)
     return stream[start : start + n]
+
+
+def _view(seed: int) -> memoryview:
+    """The seed's stream as a read-only memoryview: a slice of it is a prompt's ids, no copy made."""
+    view = _views.get(seed)
+    if view is None:
+        view = _views[seed] = _stream(seed).data.toreadonly()
+    return view
 
 
 def _stream(seed: int) -> npt.NDArray[np.int16]:

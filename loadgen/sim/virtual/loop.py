@@ -21,7 +21,8 @@ session comes as its one turn and its prompt's ids (``SingleTurns``): no text is
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import numpy as np
@@ -42,27 +43,58 @@ if TYPE_CHECKING:
 __all__ = ["VirtualLoop", "VirtualRequest", "SessionRun", "Unsent", "PromptIds", "SingleTurns"]
 
 _NEVER = 1 << 62  # an instant after any run's end
+_PUSHED_BITS = 32  # the low bits of a due turn's heap key: the order it was pushed in
 _POOLED = ("embeddings", "rerank")  # prefill-only stages: not modelled in virtual time
 
 
-@dataclass(eq=False, slots=True)
 class VirtualRequest(SimRequest):
-    """A request of a virtual run: the server's ``SimRequest`` plus who sent it and when it was due."""
+    """A request of a virtual run: the server's ``SimRequest`` plus who sent it and when it was due.
 
-    ended: list[VirtualRequest] = field(default_factory=list)  # the loop's list of requests that ended
-    log: TokenLog = field(default_factory=TokenLog)  # the loop's: where its tokens' instants go
-    run: SessionRun | None = None
-    seq: int = 0  # the request's number in the run (the record's ``request``)
-    session_id: int = 0  # its session's number (the record's ``session``)
-    prompt_len: int = 0  # tokens in its prompt (``len(prompt_ids)``)
-    turn: int = 0
-    t_sched: int = 0
-    prompt_tokens_requested: int = 0
-    max_tokens_requested: int = 0
-    finish: str = "length"
-    tools_offered: bool = False
-    error_status: int = 0  # the server refused it (400: context too long): never submitted
-    error: str = ""
+    Built from the turn it sends by its own ``__init__`` (a run builds one per request: the dataclass's
+    took every field as an argument). ``SimRequest``'s per-token lists (``emit_ns``, ``model_ns``,
+    ``written_ns``, ``chunk_tokens``) are left unset: a virtual request's tokens are the run's
+    ``TokenLog``'s spans, and reading one of those lists is a bug (AttributeError)."""
+
+    ended: list[VirtualRequest]  # the loop's list of requests that ended
+    log: TokenLog  # the loop's: where its tokens' instants go
+    run: SessionRun
+    seq: int  # the request's number in the run (the record's ``request``)
+    session_id: int  # its session's number (the record's ``session``)
+    prompt_len: int  # tokens in its prompt (``len(prompt_ids)``)
+    turn: int
+    t_sched: int
+    prompt_tokens_requested: int
+    max_tokens_requested: int
+    finish: str
+    tools_offered: bool
+    error_status: int  # the server refused it (400: context too long): never submitted
+    error: str
+
+    def __init__(
+        self,
+        rid: str,
+        prompt_ids: Sequence[int],
+        t_sched: int,
+        run: SessionRun,
+        turn: Turn,
+        seq: int,
+        ended: list[VirtualRequest],
+        log: TokenLog,
+    ) -> None:
+        """Turn ``run.k`` of ``run`` (``turn``), sent at ``t_sched`` as request ``seq``; no tokens to
+        produce yet (``max_tokens`` 0: the caller sets them once the server would accept it)."""
+        self.rid, self.prompt_ids, self.max_tokens, self.arrival_ns = rid, prompt_ids, 0, t_sched
+        self.emitted, self.tool_call, self.cached_tokens, self.kv_ready, self.preemptions = 0, False, 0, 0, 0
+        self.queue_wait_ns = self.prefill_start_ns = self.prefill_end_ns = None
+        self.finished = self.cancelled = False
+        self.sink = self.prepare = self._waiter = None
+        self.ended, self.log, self.run, self.seq = ended, log, run, seq
+        self.session_id, self.prompt_len, self.turn, self.t_sched = run.session_id, len(prompt_ids), run.k, t_sched
+        self.prompt_tokens_requested, self.max_tokens_requested = turn.prompt_tokens, turn.max_tokens
+        self.finish, self.tools_offered, self.error_status, self.error = "length", run.tools, 0, ""
+
+    def __repr__(self) -> str:
+        return f"VirtualRequest({self.rid!r}, seq={self.seq}, {self.emitted}/{self.max_tokens} tokens)"
 
     def emit(self, k: int, now_ns: int, model_ns: int | None = None) -> None:
         """``k`` tokens at ``now_ns`` (a step's end): logged, and the end reported."""
@@ -100,9 +132,14 @@ class SingleTurns(PromptIds, Protocol):
     fields, that gives that turn without its text: ``turn_shape(i)`` is ``session(i).turns[0]`` but
     for its ``text``, which ``prompt_ids(i)`` gives as ids. A virtual run never reads a prompt's
     text, and building it (and decoding the word stream it is cut from) cost it more than the rest
-    of the session did; such a session has no context to keep either (nothing follows its turn)."""
+    of the session did; such a session has no context to keep either (nothing follows its turn).
+    ``prompt_view(i)`` holds the same ints as ``prompt_ids(i)`` in any sequence whose slices are
+    sequences (a memoryview, an array): the run only takes its length and slices (natural_length, the prefix
+    cache's block names), and a list of a long prompt's ints cost more than the rest of a request."""
 
     def turn_shape(self, i: int) -> Turn: ...
+
+    def prompt_view(self, i: int) -> Sequence[int]: ...
 
 
 _NO_EXTRA: dict[str, Any] = {}  # the extra fields of a session given by ``turn_shape``: none (never changed)
@@ -166,7 +203,10 @@ class VirtualLoop:
         self.cut = None if cut_ns is None else origin_ns + cut_ns  # nothing runs past it
         self.max_sessions, self.ignore_eos = max_sessions, ignore_eos
         self._prompt_ids = workload.prompt_ids if isinstance(workload, PromptIds) else None
-        self._turn_shape = workload.turn_shape if isinstance(workload, SingleTurns) else None
+        self._turn_shape: Callable[[int], Turn] | None = None
+        self._prompt_view: Callable[[int], Sequence[int]] | None = None
+        if isinstance(workload, SingleTurns):
+            self._turn_shape, self._prompt_view = workload.turn_shape, workload.prompt_view
         self.room = min(sim.max_model_len, engine.max_model_len)
         self.ended: list[VirtualRequest] = []
         self.tokens = TokenLog()  # every token's instant, as spans
@@ -174,7 +214,11 @@ class VirtualLoop:
         self.inflight: dict[VirtualRequest, None] = {}  # submitted, not ended (in order)
         self.unsent: list[Unsent] = []
         self.waiting: dict[SessionRun, None] = {}  # sessions whose next turn waits on its subagents
-        self._heap: list[tuple[int, int, SessionRun]] = []  # (due, order, session): its next turn
+        # Sessions whose next turn is due, in the order (due, pushed): a heap of ints ``due << 32 | pushed``
+        # (a tuple's comparisons made a push and a pop cost 3x; fewer than 2**32 pushes in a run), and
+        # the session of each.
+        self._heap: list[int] = []
+        self._due: dict[int, SessionRun] = {}
         self._order = self._seq = self._sessions = self._next_offset = 0
         self.end_ns = origin_ns
         # steady decodes as counts (the scheduler's bulk decode), on every engine of the unit
@@ -218,7 +262,7 @@ class VirtualLoop:
 
     def _next_due(self) -> int | None:
         """The earliest instant a turn or an open-loop session is due, if any."""
-        t = self._heap[0][0] if self._heap else None
+        t = self._heap[0] >> _PUSHED_BITS if self._heap else None
         if self._next_offset < len(self.offsets) and self._may_start():
             o = self.origin + int(self.offsets[self._next_offset])
             if self.start_by is None or o < self.start_by:
@@ -237,9 +281,10 @@ class VirtualLoop:
                 break
             self._next_offset += 1
             self._start_session(t, -1)
-        while heap and heap[0][0] <= horizon:
-            t, _, run = heapq.heappop(heap)
-            self._send(run, t)
+        below, due = (horizon + 1) << _PUSHED_BITS, self._due
+        while heap and heap[0] < below:
+            key = heapq.heappop(heap)
+            self._send(due.pop(key), key >> _PUSHED_BITS)
 
     @staticmethod
     def _tokens_out(r: SimRequest, ends: list[int], g0: int, g1: int) -> None:
@@ -278,8 +323,7 @@ class VirtualLoop:
                 kid.due = now
                 self._turn_due(kid, now)
             return
-        self._order += 1
-        heapq.heappush(self._heap, (run.due, self._order, run))
+        self._push(run)
 
     def _send(self, run: SessionRun, t: int) -> None:
         """Turn ``run.k`` goes to the server at ``t`` (a perfect client sends on time)."""
@@ -288,21 +332,17 @@ class VirtualLoop:
         if api in _POOLED:
             raise ConfigError(f"--sim-virtual: {api} stages are not modelled in virtual time; run it in real time")
         given, ctx = self._prompt_ids, run.ctx
+        ids: Sequence[int]
         if ctx is None:  # one turn given as its ids (SingleTurns)
-            assert given is not None
-            ids = given(run.index)
+            assert self._prompt_view is not None
+            ids = self._prompt_view(run.index)
         elif given is not None and run.k == 0 and run.index >= 0 and ctx.empty:
             ids = ctx.add_turn(turn, given(run.index))
         else:
             ids = ctx.add_turn(turn)
         self._seq += 1
-        r = VirtualRequest(
-            f"{self.run_id}-{self._seq}", ids, 0, t, ended=self.ended, log=self.tokens, run=run, seq=self._seq
-        )
-        r.turn, r.t_sched, r.tools_offered = run.k, t, run.tools
-        r.session_id, r.prompt_len = run.session_id, len(ids)
-        r.prompt_tokens_requested, r.max_tokens_requested = turn.prompt_tokens, turn.max_tokens
-        room = self.room - len(ids)
+        r = VirtualRequest(f"{self.run_id}-{self._seq}", ids, t, run, turn, self._seq, self.ended, self.tokens)
+        room = self.room - r.prompt_len
         limit = turn.max_tokens
         if room <= 0 or limit > room:
             r.error_status = 400
@@ -323,7 +363,6 @@ class VirtualLoop:
         self.done.append(r)
         del self.inflight[r]
         run = r.run
-        assert run is not None
         run.k += 1
         turns = run.turns
         if run.ctx is not None and run.k < len(turns):  # (a last answer is never part of a prompt)
@@ -333,6 +372,13 @@ class VirtualLoop:
             self._turn_due(run, end)
         else:
             self._session_ended(run, end)
+
+    def _push(self, run: SessionRun) -> None:
+        """``run``'s next turn is due at ``run.due`` (after every one pushed before at that instant)."""
+        self._order += 1
+        key = run.due << _PUSHED_BITS | self._order
+        heapq.heappush(self._heap, key)
+        self._due[key] = run
 
     def _session_failed(self, run: SessionRun, t: int) -> None:
         """A turn was refused: the session's later turns are not sent."""
@@ -347,8 +393,7 @@ class VirtualLoop:
             if not parent.kids:  # the last subagent ended: the parent's turn is due
                 del self.waiting[parent]
                 parent.due = max(parent.due, end)
-                self._order += 1
-                heapq.heappush(self._heap, (parent.due, self._order, parent))
+                self._push(parent)
         elif run.user >= 0:
             self._start_session(end, run.user)
 
@@ -361,12 +406,13 @@ class VirtualLoop:
             self.engine.cancel(req)
             self.done.append(req)
             run = req.run
-            assert run is not None
             self.unsent.extend(Unsent(run, k, req.t_sched, why) for k in range(run.k + 1, len(run.turns)))
         self.inflight.clear()
-        for t, _, run in self._heap:
+        for key in self._heap:
+            run, t = self._due[key], key >> _PUSHED_BITS
             self.unsent.extend(Unsent(run, k, t, why) for k in range(run.k, len(run.turns)))
         self._heap.clear()
+        self._due.clear()
         # a turn waiting on subagents still running would have been due after them: not before the cut
         cut = self.end_ns if self.cut is None else self.cut
         for run in self.waiting:

@@ -186,7 +186,7 @@ def truth_table(done: Sequence[VirtualRequest]) -> pa.Table:
         {
             "rid": [r.rid for r in done],
             "arrival_ns": pa.array([r.arrival_ns for r in done], pa.int64()),
-            "prompt_tokens": pa.array([len(r.prompt_ids) for r in done], pa.int32()),
+            "prompt_tokens": pa.array([r.prompt_len for r in done], pa.int32()),
             "cached_tokens": pa.array([r.cached_tokens for r in done], pa.int32()),
             "queue_wait_ns": pa.array([r.queue_wait_ns for r in done], pa.int64()),
             "prefill_start_ns": pa.array([r.prefill_start_ns for r in done], pa.int64()),
@@ -199,7 +199,7 @@ def truth_table(done: Sequence[VirtualRequest]) -> pa.Table:
 
 
 def write_stream(table: pa.Table, path: Path) -> None:
-    """Write ``table`` as a records stream (``records*.arrows``), which ``records.compact`` then
+    """Write ``table`` as a records stream (``records*.arrows``), which ``record_compact.compact`` then
     merges into the run folder's ``records.parquet`` as it does a real run's."""
     schema = stamped(SCHEMA, SCHEMA_VERSION)
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema) as w:
