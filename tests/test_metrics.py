@@ -10,9 +10,10 @@ import pyarrow as pa
 import pytest
 from hdrh.histogram import HdrHistogram
 
+from loadgen.analysis.interval_counts import HIST_HIGHEST_US, fill_histogram, hist_percentile
 from loadgen.analysis.latency_samples import latency_samples
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
-from loadgen.analysis.timeseries import HIST_HIGHEST_US, _fill, hist_percentile, iter_interval_histograms, timeseries
+from loadgen.analysis.timeseries import iter_interval_histograms, timeseries
 from loadgen.analysis.validity import summary_caveats
 from loadgen.analysis.window import MetricsError, Window, choose_window
 from loadgen.records import SCHEMA, Record, to_batch
@@ -381,7 +382,7 @@ def test_vectorised_fill_equals_record_value() -> None:
     values = np.concatenate([rng.integers(0, HIST_HIGHEST_US, 5000), edges])
     counts = rng.integers(1, 5, values.size)
     fast, slow = HdrHistogram(1, HIST_HIGHEST_US, 3), HdrHistogram(1, HIST_HIGHEST_US, 3)
-    _fill(fast, values, counts)
+    fill_histogram(fast, values, counts)
     for v, c in zip(values.tolist(), counts.tolist(), strict=True):
         slow.record_value(v, c)
     assert np.array_equal(np.ctypeslib.as_array(fast.counts), np.ctypeslib.as_array(slow.counts))

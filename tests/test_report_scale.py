@@ -24,16 +24,18 @@ import pytest
 from report_scale_run import varied_table
 
 from loadgen import record_annotation, record_compact
-from loadgen.analysis import selection
+from loadgen.analysis import interval_counts, selection
 from loadgen.analysis import timeseries as timeseries_module
 from loadgen.analysis.annotate import annotate_run
-from loadgen.analysis.columns import Cols, chunk_blocks, itl_icl
+from loadgen.analysis.chunk_walk import chunk_blocks, itl_icl
+from loadgen.analysis.columns import Cols
+from loadgen.analysis.interval_counts import hist_percentile
 from loadgen.analysis.latency_samples import latency_samples
 from loadgen.analysis.metrics import SLO, summarize, summary_to_json
 from loadgen.analysis.selection import describe_blocks
 from loadgen.analysis.sessions import session_summary
 from loadgen.analysis.stats import describe
-from loadgen.analysis.timeseries import chart_interval, hist_percentile, timeseries
+from loadgen.analysis.timeseries import chart_interval, timeseries
 from loadgen.analysis.window import choose_window
 from loadgen.record_annotation import DERIVED
 from loadgen.record_compact import compact
@@ -277,8 +279,8 @@ def test_interval_percentiles_are_the_histograms_own_without_building_one() -> N
     bucket = np.sort(rng.choice([0, 1, 2, 5, 9], 500))  # intervals 3, 4, 6, 7, 8 hold nothing
     value_ms = rng.lognormal(np.log(30), 1.5, bucket.size)
     counts = rng.integers(1, 4, bucket.size)
-    sp = timeseries_module._Sparse.of(bucket, value_ms, counts)
-    for p, got in timeseries_module._percentiles(sp, 10, (1, 50, 99, 100)).items():
+    sp = interval_counts.IntervalCounts.of(bucket, value_ms, counts)
+    for p, got in interval_counts.percentiles(sp, 10, (1, 50, 99, 100)).items():
         want = [hist_percentile(sp.hist(i), p) if sp.hist(i).get_total_count() else -1 for i in range(10)]
         assert got.tolist() == want
 
@@ -313,7 +315,7 @@ def test_the_series_counts_are_the_same_merged_every_few_blocks(monkeypatch: pyt
     t = varied_table(1500)
     shuffled = t.take(np.random.default_rng(4).permutation(t.num_rows))  # rows out of time order
     want = [timeseries(t), timeseries(t, 0.5), timeseries(shuffled)]
-    monkeypatch.setattr(timeseries_module, "_MERGE_PAIRS", 64)  # merged after nearly every block
+    monkeypatch.setattr(interval_counts, "_MERGE_PAIRS", 64)  # merged after nearly every block
     monkeypatch.setattr(timeseries_module, "_SERIES_BLOCK", 500)
     again = [pa.Table.from_batches(x.to_batches()) for x in (t, t, shuffled)]  # new tables: not memoised
     assert [timeseries(again[0]), timeseries(again[1], 0.5), timeseries(again[2])] == want
@@ -333,3 +335,29 @@ def test_a_file_of_pyarrows_default_layout_reads_as_one_of_ours(tmp_path: Path) 
     assert got_old.drop_columns(["stage", "inputs"]).equals(got_new.drop_columns(["stage", "inputs"]))
     assert got_old.column("stage").null_count == got_old.num_rows  # a column the file lacks reads as null
     assert (new / PARQUET_NAME).stat().st_size < (old / PARQUET_NAME).stat().st_size
+
+
+def test_an_intervals_itl_percentiles_are_taken_once_it_is_complete_as_its_histogram_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(interval_counts, "_MERGE_PAIRS", 16)  # handed over after nearly every block
+    monkeypatch.setattr(timeseries_module, "_SERIES_BLOCK", 300)
+    t = varied_table(800)
+    late = t.num_rows // 3  # one early row's chunks arrive long after the later rows': its intervals stay open
+    ns: list[list[int]] = [v or [] for v in t.column("chunk_ns").to_pylist()]
+    ns[late] = [v + 5 * 10**9 for v in ns[late]]
+    t = t.set_column(t.column_names.index("chunk_ns"), "chunk_ns", pa.array(ns, t.schema.field("chunk_ns").type))
+    handed: list[int] = []
+    feed = interval_counts.IntervalPercentiles.feed
+
+    def counted(self: interval_counts.IntervalPercentiles, keys: Any, totals: Any) -> None:
+        handed.append(keys.size)
+        feed(self, keys, totals)
+
+    monkeypatch.setattr(interval_counts.IntervalPercentiles, "feed", counted)
+    rows = timeseries(t)
+    assert len(handed) > 3  # taken interval by interval as the walk went, not all at the end
+    for row, h in zip(rows, timeseries_module.iter_interval_histograms(t), strict=True):
+        for p in (50, 99):
+            want = hist_percentile(h.itl, p) / 1000 if h.itl.get_total_count() else None
+            assert row[f"itl_p{p}_ms"] == want

@@ -26,7 +26,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, int_column
+from loadgen.analysis.columns import Cols, Floats, Mask, int_column
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.window import Window, choose_window
 from loadgen.record_annotation import DERIVED, DERIVED_SCHEMA, METADATA_PREFIX, annotate
 from loadgen.record_version import VERSION_KEY, parse_version, version_of

@@ -15,7 +15,9 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, Floats, Latencies, Mask, Tokens, itl_icl, itl_icl_blocks
+from loadgen.analysis.chunk_walk import itl_icl, itl_icl_blocks
+from loadgen.analysis.columns import Cols, Floats, Mask, Tokens
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.selection import FirstPass, first_passes, order_statistics
 from loadgen.analysis.window import Window
 

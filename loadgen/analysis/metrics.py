@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, Floats, Latencies, Mask
+from loadgen.analysis.columns import Cols, Floats, Mask
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.latency_samples import itl_icl_first, itl_icl_walk
 from loadgen.analysis.outcomes import error_fields, status_counts, token_count_fields, value_counts
 from loadgen.analysis.selection import describe_many

@@ -17,10 +17,22 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import BUFFERED_MIN_TOKENS, BUFFERED_SHARE, Cols, Mask, Objects, chunk_blocks
+from loadgen.analysis.chunk_walk import chunk_blocks, chunk_tokens
+from loadgen.analysis.columns import Cols, Mask, Objects
 from loadgen.records import STATUSES
 
-__all__ = ["token_count_fields", "error_fields", "status_counts", "value_counts", "buffered_rows"]
+BUFFERED_SHARE = 0.8  # of a request's tokens in one read, and of its time before that read
+BUFFERED_MIN_TOKENS = 4  # fewer tokens cannot tell a buffered answer from a short one
+
+__all__ = [
+    "token_count_fields",
+    "error_fields",
+    "status_counts",
+    "value_counts",
+    "buffered_rows",
+    "BUFFERED_SHARE",
+    "BUFFERED_MIN_TOKENS",
+]
 
 _EXAMPLES = 5
 _ERROR_CHARS = 160
@@ -65,7 +77,7 @@ def token_count_fields(c: Cols, inwin: Mask, okw: Mask) -> dict[str, Any]:
     req_sum = int(req[both].sum())
     oreq, has_oreq = c.ints["output_tokens_requested"]
     orep, has_orep = c.ints["output_tokens_reported"]
-    chunk_sum = c.chunk_tokens
+    chunk_sum = chunk_tokens(c)
     asked = okw & has_oreq
     spread = inwin & (c.source == "usage") & (c.c_len > 0)
     return dict(
@@ -136,7 +148,7 @@ def buffered_rows(c: Cols, rows: Mask) -> Mask:
     out: Mask = np.zeros(c.n, dtype=bool)
     (sent, has_sent), (done, has_done) = c.t["t_sent"], c.t["t_done"]
     span_all = done - sent
-    total_all = c.chunk_tokens
+    total_all = chunk_tokens(c)
     rows = rows & has_sent & has_done & (span_all > 0) & (total_all >= BUFFERED_MIN_TOKENS)
     # a buffered row has >= BUFFERED_SHARE of its tokens at one late instant, so at least that many
     # late: the rows short of it (every streamed one) are left out before the exact test below

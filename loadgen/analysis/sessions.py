@@ -30,7 +30,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Cols, Floats, Ints, Latencies, Mask, int_column, ms
+from loadgen.analysis.columns import Cols, Floats, Ints, Mask, int_column, ms
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.stats import Dist, describe
 from loadgen.analysis.window import Window
 

@@ -20,8 +20,8 @@ Pure functions of a ``Summary``, returning text (``analysis.validity`` makes cav
 
 from __future__ import annotations
 
-from loadgen.analysis.columns import BUFFERED_MIN_TOKENS
 from loadgen.analysis.metrics import Summary
+from loadgen.analysis.outcomes import BUFFERED_MIN_TOKENS
 
 __all__ = [
     "SOURCE_WORDS",

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from loadgen.analysis.columns import Cols, Ints, Latencies, Mask, int_column, ms
+from loadgen.analysis.columns import Cols, Ints, Mask, int_column, ms
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.prompt_cache import HIT_SHARE
 from loadgen.analysis.stats import Dist, describe
 from loadgen.analysis.window import Window

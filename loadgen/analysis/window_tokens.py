@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.analysis.columns import Cols, Floats, chunk_blocks
+from loadgen.analysis.chunk_walk import chunk_blocks
+from loadgen.analysis.columns import Cols, Floats
 from loadgen.analysis.distributions import t_ppf
 from loadgen.analysis.window import Window
 

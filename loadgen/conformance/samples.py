@@ -20,7 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.analysis.columns import Cols, Floats, Ints, Latencies, Mask, int_column, itl_icl
+from loadgen.analysis.chunk_walk import itl_icl
+from loadgen.analysis.columns import Cols, Floats, Ints, Mask, int_column
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.pipeline import pipeline_view
 from loadgen.analysis.points import point_window

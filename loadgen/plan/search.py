@@ -19,7 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from loadgen.analysis.columns import Cols, Latencies
+from loadgen.analysis.columns import Cols
+from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.metrics import SLO, Summary, summarize
 from loadgen.analysis.window import Window
 from loadgen.plan.config import Deployment

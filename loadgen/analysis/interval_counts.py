@@ -1,0 +1,273 @@
+"""Latency samples counted per interval as HdrHistogram counters, and their percentiles.
+
+The time series (``timeseries``) holds one HdrHistogram per interval; at a million requests its
+ITL has ~15 M (interval, counter) pairs at 1 s. They are counted block by block
+(``IntervalCounter``), then either kept (``IntervalCounts``, whose ``hist`` builds an interval's
+histogram) or handed over as soon as every interval they hold is complete, for its percentiles
+(``IntervalPercentiles``): a series walked in time order then holds a few intervals' pairs, not
+the run's. A percentile is what ``hist_percentile`` of the interval's histogram gives.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+from numpy.typing import NDArray
+
+from loadgen.analysis.columns import Floats, Ints, Tokens
+
+__all__ = [
+    "HIST_HIGHEST_US",
+    "HIST_DIGITS",
+    "hist_percentile",
+    "us_index",
+    "IntervalCounts",
+    "IntervalCounter",
+    "IntervalPercentiles",
+    "percentiles",
+    "fill_histogram",
+]
+
+# HdrHistogram range: 1 us .. 1 hour, 3 significant digits (0.1 % relative error).
+HIST_HIGHEST_US = 3_600_000_000
+HIST_DIGITS = 3
+
+
+def hist_percentile(h: HdrHistogram, p: float) -> int:
+    """``h.get_value_at_percentile(p)`` computed with numpy (the library walks
+    every counter in Python, ~2 ms a call)."""
+    counts = np.ctypeslib.as_array(h.counts)
+    idx = int(np.searchsorted(np.cumsum(counts), h.get_target_count_at_percentile(p)))
+    if idx >= counts.size:
+        return 0
+    return int(h.get_highest_equivalent_value(h.get_value_from_index(idx)))
+
+
+_TEMPLATE = HdrHistogram(1, HIST_HIGHEST_US, HIST_DIGITS)
+_BINS = int(_TEMPLATE.counts_len)  # counters of one histogram
+# a block's (interval, counter) pairs are counted densely when they number at most 4 per sample
+# (or 64 Ki), else by sorting the samples' keys
+_DENSE_PER_SAMPLE, _DENSE_MIN = 4, 1 << 16
+_MERGE_PAIRS = 1 << 20  # pairs counted by blocks before they are merged (``IntervalCounter``): 50 MB to sort
+
+
+def _counter_index(v: Ints) -> Ints:
+    """The HdrHistogram counter of each value (us), as the library computes it (``fill_histogram``); a
+    value and its bin's lowest equivalent value (``_quantised``) have the same counter."""
+    h = _TEMPLATE
+    # bit length, as frexp's exponent: that of the value as a float (exact below 2**53)
+    bits = ((v | h.sub_bucket_mask).astype(np.float64).view(np.int64) >> 52) - 1022
+    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub = v >> (bucket + h.unit_magnitude)
+    idx: Ints = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub - h.sub_bucket_half_count
+    return idx
+
+
+_LOWEST = np.array([_TEMPLATE.get_value_from_index(i) for i in range(_BINS)], dtype=np.int64)  # per counter
+assert _BINS < 2**15  # (a counter fits an int16: IntervalCounts)
+
+
+def us_index(value_ms: Floats) -> Ints:
+    """The HdrHistogram counter of each value in ms (rounded to us, clipped to the range)."""
+    return _counter_index(np.clip(np.rint(value_ms * 1000.0), 0, HIST_HIGHEST_US).astype(np.int64))
+
+
+@dataclass
+class IntervalCounts:
+    """Samples already quantised to HdrHistogram counters, grouped by interval, so a histogram
+    is filled with one ``record_value`` per distinct counter. Ten bytes a pair of a 1 s series
+    (its ITL pairs at a million requests: ~15 M): the interval as int32 where it fits, the
+    counter as int16 (``_BINS`` of them; its lowest equivalent value is ``_LOWEST[counter]``)."""
+
+    bucket: NDArray[np.signedinteger[Any]]  # sorted
+    counter: NDArray[np.int16]
+    count: Ints
+
+    @classmethod
+    def of(cls, bucket: Ints, ms: Floats, counts: Tokens | None = None) -> IntervalCounts:
+        acc = IntervalCounter()
+        acc.add(bucket, us_index(ms), counts)
+        return acc.done()
+
+    def hist(self, i: int) -> HdrHistogram:
+        h = HdrHistogram(1, HIST_HIGHEST_US, HIST_DIGITS)
+        lo, hi = np.searchsorted(self.bucket, [i, i + 1])
+        fill_histogram(h, _LOWEST[self.counter[lo:hi]], self.count[lo:hi])
+        return h
+
+
+class IntervalCounter:
+    """A ``IntervalCounts`` counted block by block: each block by (interval, counter) pairs, densely
+    over the intervals and counters it spans when they are few beside its samples (a block of
+    ITL gaps spans a few intervals and a few thousand counters), else by sorting; merged every
+    ``_MERGE_PAIRS`` pairs into the sorted, disjoint parts counted so far (``_merge``), and at
+    the end (``done``). With a ``sink``, the pairs of the intervals no sample to come can fall in
+    (below ``add``'s ``final``) are handed to it once merged, in order, every pair of an interval
+    at once, and let go (``flush`` hands over the rest at the end)."""
+
+    def __init__(self, sink: Callable[[Ints, Ints], None] | None = None) -> None:
+        self.keys: list[Ints] = []  # the blocks' pairs not yet merged, each block's sorted
+        self.totals: list[Ints] = []
+        self.pending = 0
+        self.merged: list[tuple[Ints, Ints]] = []  # (keys, totals): ascending, each part's keys below the next's
+        self.sink = sink
+        self.final = 0  # every sample still to come falls in an interval >= this one
+
+    def add(self, bucket: Ints, counter: Ints, counts: Tokens | None, final: int = 0) -> None:
+        """Samples by interval and HdrHistogram counter (``us_index``), ``counts`` of each (None:
+        one); ``final``: every sample added later falls in an interval >= it."""
+        self.final = max(self.final, final)
+        if bucket.size == 0:
+            return
+        w = None if counts is None else counts.astype(np.float64)
+        b0, c0 = int(bucket.min()), int(counter.min())
+        width = int(counter.max()) - c0 + 1
+        size = (int(bucket.max()) - b0 + 1) * width
+        if size <= max(_DENSE_PER_SAMPLE * bucket.size, _DENSE_MIN):
+            got = np.bincount((bucket - b0) * width + (counter - c0), weights=w, minlength=size)
+            (at,) = np.nonzero(got)
+            b, c = np.divmod(at, width)
+            self.keys.append((b + b0) * _BINS + (c + c0))
+            self.totals.append(got[at] if w is None else np.rint(got[at]).astype(np.int64))
+        else:
+            key = bucket.astype(np.int64) * _BINS + counter
+            uniq, inv = np.unique(key, return_inverse=True)
+            self.keys.append(uniq)
+            self.totals.append(np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64))
+        self.pending += self.keys[-1].size
+        if self.pending >= _MERGE_PAIRS:
+            self._merge()
+
+    def _merge(self) -> None:
+        """The pending pairs merged into ``merged``: only its pairs from the least pending key on
+        are merged again (blocks come in row order, so those are a few intervals' worth)."""
+        if not self.keys:
+            return
+        keys, totals = np.concatenate(self.keys), np.concatenate(self.totals)
+        self.keys, self.totals, self.pending = [], [], 0
+        lo = int(keys.min())
+        again: list[tuple[Ints, Ints]] = []
+        while self.merged and int(self.merged[-1][0][-1]) >= lo:
+            k, t = self.merged.pop()
+            i = int(np.searchsorted(k, lo))
+            again.append((k[i:], t[i:]))
+            if i:
+                self.merged.append((k[:i], t[:i]))
+                break
+        uniq, inv = np.unique(np.concatenate([*(k for k, _ in again), keys]), return_inverse=True)
+        weights = np.concatenate([*(t for _, t in again), totals])
+        self.merged.append(
+            (uniq, np.rint(np.bincount(inv.ravel(), weights=weights, minlength=uniq.size)).astype(np.int64))
+        )
+        if self.sink is not None:
+            self._hand_over(self.final * _BINS)
+
+    def _hand_over(self, below: int | None) -> None:
+        """The merged pairs of keys below ``below`` (all: None) handed to the sink in one call (an
+        interval's pairs may lie in two parts) and let go."""
+        assert self.sink is not None
+        keys: list[Ints] = []
+        totals: list[Ints] = []
+        while self.merged:
+            k, t = self.merged[0]
+            i = k.size if below is None else int(np.searchsorted(k, below))
+            if i == 0:
+                break
+            if i == k.size:
+                self.merged.pop(0)
+            else:
+                self.merged[0] = (k[i:], t[i:])
+            keys.append(k[:i])
+            totals.append(t[:i])
+        if keys:
+            self.sink(np.concatenate(keys), np.concatenate(totals))
+
+    def flush(self) -> None:
+        """Every pair not yet handed to the sink, handed over (the walk is over)."""
+        self._merge()
+        self._hand_over(None)
+
+    def done(self) -> IntervalCounts:
+        self._merge()
+        parts, self.merged = self.merged, []
+        n = sum(k.size for k, _ in parts)
+        wide = bool(parts) and int(parts[-1][0][-1]) // _BINS >= 2**31
+        out = IntervalCounts(
+            np.empty(n, dtype=np.int64 if wide else np.int32), np.empty(n, dtype=np.int16), np.empty(n, dtype=np.int64)
+        )
+        at = 0
+        parts.reverse()
+        while parts:  # each part let go once copied: the pairs are held once, not twice
+            k, t = parts.pop()
+            bucket, counter = np.divmod(k, _BINS)
+            out.bucket[at : at + k.size] = bucket
+            out.counter[at : at + k.size] = counter
+            out.count[at : at + k.size] = t
+            at += k.size
+        return out
+
+
+def fill_histogram(h: HdrHistogram, values: Ints, counts: Ints) -> None:
+    """``h.record_value(v, n)`` for each pair, vectorised.
+
+    ``record_value`` costs ~7 us in Python, too slow for a million ITL samples,
+    so the counter index is computed as the library does and the counters are
+    added in place; tests pin this to per-value recording.
+    """
+    if values.size == 0:
+        return
+    v = values.astype(np.int64)
+    bits = np.frexp((v | h.sub_bucket_mask).astype(np.float64))[1]  # bit length
+    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub = v >> (bucket + h.unit_magnitude)
+    idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub - h.sub_bucket_half_count
+    np.add.at(np.ctypeslib.as_array(h.counts), idx, counts.astype(np.uint64))
+    h.total_count += int(counts.sum())
+    h.min_value = min(h.min_value, int(v.min()))
+    h.max_value = max(h.max_value, int(v.max()))
+
+
+class IntervalPercentiles:
+    """Per interval, ``hist_percentile(h, p)`` of its histogram h for each of ``ps`` (us; -1 where
+    the interval holds no sample), from its (counter, count) pairs without building a histogram:
+    the target count as the library computes it, then the first counter whose running count
+    reaches it. Intervals come whole, in any number at a time (``add``, ``feed``)."""
+
+    def __init__(self, nb: int, ps: tuple[int, ...]) -> None:
+        self.at = {p: np.full(nb, -1, dtype=np.int64) for p in ps}
+
+    def feed(self, keys: Ints, totals: Ints) -> None:
+        """The pairs of ``IntervalCounter``'s sink: keys ``interval * counters + counter``, sorted."""
+        bucket, counter = np.divmod(keys, _BINS)
+        self.add(bucket, counter, totals)
+
+    def add(self, bucket: NDArray[np.signedinteger[Any]], counter: NDArray[np.signedinteger[Any]], count: Ints) -> None:
+        """Every pair of the intervals it holds, sorted by interval."""
+        if count.size == 0:
+            return
+        start = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))  # each interval's first
+        running = np.cumsum(count)
+        total = np.add.reduceat(count, start)
+        before = running[start] - count[start]  # samples of the earlier intervals fed with it
+        for p, out in self.at.items():
+            target = np.maximum(np.floor(min(p, 100.0) * total / 100 + 0.5).astype(np.int64), 1)
+            out[bucket[start]] = _highest()[counter[np.searchsorted(running, before + target)]]
+
+
+def percentiles(sp: IntervalCounts, nb: int, ps: tuple[int, ...]) -> dict[int, Ints]:
+    """``IntervalPercentiles`` of the ``nb`` intervals of ``sp``."""
+    acc = IntervalPercentiles(nb, ps)
+    acc.add(sp.bucket, sp.counter, sp.count)
+    return acc.at
+
+
+@functools.cache
+def _highest() -> Ints:
+    """The highest value equivalent to each counter's (``get_highest_equivalent_value``)."""
+    h = _TEMPLATE
+    return np.array([h.get_highest_equivalent_value(int(v)) for v in _LOWEST], dtype=np.int64)
