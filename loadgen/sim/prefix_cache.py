@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, count, islice
+from itertools import accumulate, count
 from typing import overload
 
 __all__ = ["block_hashes", "BlockChain", "PrefixCache", "ROOT_HASH"]
@@ -32,10 +32,11 @@ __all__ = ["block_hashes", "BlockChain", "PrefixCache", "ROOT_HASH"]
 ROOT_HASH = 0x5EED_CAFE
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, parent: int = ROOT_HASH) -> list[int]:
+def block_hashes(token_ids: Sequence[int], block_size: int, parent: int = ROOT_HASH, first: int = 0) -> list[int]:
     """Chained hashes of each FULL block of ``token_ids`` (a trailing partial block is skipped):
     block i's is ``parent + sum(hash((j, tokens of block j)) for j <= i)``, so it names the whole
-    prefix up to its end, positions included.
+    prefix up to its end, positions included. ``first``: the position of ``token_ids``' first
+    block in its prompt, and ``parent`` the hash of the block before it (a chain resumed).
 
     Python's tuple-of-int hash is deterministic (no per-process salt for ints), fast, and
     64-bit, so two different prefixes share a name with odds of about 2^-64, and a collision
@@ -43,7 +44,10 @@ def block_hashes(token_ids: Sequence[int], block_size: int, parent: int = ROOT_H
     full blocks, ``map`` hashes them with their positions, ``accumulate`` sums them (exact,
     Python ints do not wrap).
     """
-    out = list(accumulate(map(hash, zip(count(), zip(*[iter(token_ids)] * block_size, strict=False))), initial=parent))
+    if len(token_ids) // block_size == 1:  # one block (a lookup's first, most often): its sum term alone
+        return [parent + hash((first, tuple(token_ids[:block_size])))]
+    blocks = zip(*[iter(token_ids)] * block_size, strict=False)
+    out = list(accumulate(map(hash, zip(count(first), blocks)), initial=parent))
     del out[0]
     return out
 
@@ -95,16 +99,7 @@ class BlockChain(Sequence[int]):
         """Hash blocks up to ``k`` (exclusive), after those already known: ``block_hashes``'s sums, resumed."""
         known, bs = self._known, self._bs
         start = len(known)
-        parent = known[-1] if known else ROOT_HASH
-        if k == start + 1:  # one block (a lookup's first, most often): its sum term alone
-            known.append(parent + hash((start, tuple(self._ids[start * bs : k * bs]))))
-            return
-        ids = self._ids[start * bs : k * bs]
-        sums = accumulate(
-            map(hash, zip(count(start), zip(*[iter(ids)] * bs, strict=False))),
-            initial=parent,
-        )
-        known.extend(islice(sums, 1, None))
+        known.extend(block_hashes(self._ids[start * bs : k * bs], bs, known[-1] if known else ROOT_HASH, start))
 
 
 class _Run:
