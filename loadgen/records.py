@@ -240,6 +240,11 @@ class RecordWriter:
         if len(self._rows) >= self.batch_size:
             self.flush()
 
+    def add_degraded(self, record: Record, e: BaseException) -> None:
+        """``record`` in its degraded form, naming ``e``: what the engine keeps of a record whose
+        ``add`` raised (a bug, memory), so the request still ends as one record on disk."""
+        self._rows.append(self._fit.degraded_row([getattr(record, name, None) for name in _COLUMNS], e))
+
     def flush(self) -> None:
         try:
             if self._rows:

@@ -101,9 +101,13 @@ def test_a_failing_writer_is_counted_and_loses_neither_the_run_nor_its_timeouts(
         writer=_FlakyWriter,
         timeouts=Timeouts(first_byte=1.0),
     )
-    assert sorted(rec["request"]) == [0, 2]  # request 1's record was refused: counted, the rest kept
-    assert rec["status"] == ["ok", "timeout"]
-    took = rec["t_done"][1] - rec["t_sched"][1]
+    # request 1's record was refused: counted, and written in its degraded form (ids, due time, status)
+    assert sorted(rec["request"]) == [0, 1, 2]
+    assert rec["status"] == ["ok", "ok", "timeout"]
+    assert rec["error"][1] == "record could not be written in full: OSError: no room for this one"
+    assert rec["t_sched"][1] - rec["t_sched"][0] == 10 * MS and rec["output_tokens"][1] is None
+    assert engine.writer.degraded == 1
+    took = rec["t_done"][2] - rec["t_sched"][2]
     assert 1000 * MS <= took <= 1000 * MS + TICKS  # on time, while every flush around it failed
     health = engine.live.health()
     assert health["writer_errors"] == 12 and health["last_engine_error"] == "writer.flush: OSError: disk full"

@@ -382,3 +382,7 @@ class SessionRuns:
         except Exception as e:  # the writer must never take the run down; counted, shown
             live.writer_errors += 1
             live.last_error = self.engine.say(f"writer.add: {type(e).__name__}: {e}")
+            try:
+                self.engine.writer.add_degraded(rec, e)  # the request still ends as one record
+            except Exception as again:
+                live.last_error = self.engine.say(f"writer.add_degraded: {type(again).__name__}: {again}")
