@@ -219,6 +219,18 @@ def test_an_interrupted_run_says_so_first_and_decides_nothing(tmp_path: Path) ->
     assert cli_main(["gate", str(run), "--slo", str(tmp_path / "prof.yaml")]) == 3
 
 
+def test_inline_bounds_are_refused_in_one_line_not_passed_in_silence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--slo ttft=200`` is a sweep's per-request bound, no criteria: a gate that judged nothing
+    and exited 0 would read in CI as a pass."""
+    run = make_run(tmp_path / "r", [50.0] * 50)
+    assert cli_main(["gate", str(run), "--slo", "ttft=200"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--slo ttft=200: loadgen gate judges an SLO profile" in err
+    assert "interactive-chat" in err
+
+
 def test_session_duration(tmp_path: Path) -> None:
     crit = '  - {metric: session_duration, statistic: p90, bound: "<= 1 s"}\n'
     prof = load_profile(profile(tmp_path, crit))

@@ -150,4 +150,9 @@ def main(args: argparse.Namespace) -> int:
     from loadgen.records import check_run_folder
 
     check_run_folder(Path(args.run_dir))  # before the profile and the statistics are loaded
+    if gate_profile(args) is None:  # inline bounds: no criteria to judge, and silence must not read as a pass
+        raise ConfigError(
+            f"--slo {args.slo}: loadgen gate judges an SLO profile (a YAML file or a built-in name: "
+            f"{', '.join(profile_names()) or 'none'}), not inline bounds"
+        )
     return gate_after_run(Path(args.run_dir), args)
