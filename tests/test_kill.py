@@ -3,11 +3,12 @@
 Real processes over loopback. A run with ``--workers 2`` is sent to a small streaming
 server in this process that logs every request it served (arrival and end, on the
 system-wide monotonic clock, which the workers share), and its parent is sent SIGKILL,
-SIGTERM or SIGINT (to its PID alone). A run against the built-in simulator is killed,
-and Ctrl-C'd through its whole process group, as a terminal does, once and twice.
+SIGTERM or SIGINT (to its PID alone). A run against the built-in simulator gets the same
+three signals (the simulator counting what it finished on its /metrics), and is Ctrl-C'd
+through its whole process group, as a terminal does, once and twice.
 
-After SIGKILL: no request arrives more than 1 s after the kill, no process of the run
-remains, and every request the server finished before the last flush interval is on
+After SIGKILL: no request arrives (or is sent) more than 1 s after the kill, no process of
+the run remains, and every request the server finished before the last flush interval is on
 disk. After SIGINT/SIGTERM: exit 130/143, run.json says interrupted, and every request
 the server served is in the records.
 """
@@ -21,11 +22,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from aiohttp import web
 
@@ -214,16 +218,18 @@ def worker_run(server: LoggingServer, out: Path) -> subprocess.Popen[str]:
     )
 
 
-def records_on_disk(out: Path) -> dict[int, str]:
-    """request -> status, from records.parquet or, after a kill, the raw streams."""
+def record_columns(out: Path) -> dict[str, list[Any]]:
+    """The run's records as columns, from records.parquet or, after a kill, the raw streams."""
     if (out / "records.parquet").exists():
-        t = read_records(out).to_pydict()
-    else:
-        streams = sorted(out.glob("records*.arrows"))
-        assert streams, f"no record stream in {out}"
-        import pyarrow as pa
+        return read_records(out).to_pydict()
+    streams = sorted(out.glob("records*.arrows"))
+    assert streams, f"no record stream in {out}"
+    return pa.concat_tables([read_stream(p) for p in streams]).to_pydict()
 
-        t = pa.concat_tables([read_stream(p) for p in streams]).to_pydict()
+
+def records_on_disk(out: Path) -> dict[int, str]:
+    """request -> status."""
+    t = record_columns(out)
     return dict(zip(t["request"], t["status"], strict=True))
 
 
@@ -292,17 +298,88 @@ def sim_of(parent: int) -> int:
     return sims()[0]
 
 
-def test_the_simulator_dies_with_a_killed_parent(tmp_path: Path) -> None:
+class SimCounter:
+    """Reads the run's simulator's ``/metrics`` every 50 ms, keeping (when, requests it finished)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.removesuffix("/v1") + "/metrics"
+        self.seen: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                with urllib.request.urlopen(self.url, timeout=1) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                continue  # the simulator is gone (or busy): the last reading stands
+            t = time.perf_counter_ns()
+            for line in text.splitlines():
+                if line.startswith("vllm:request_success_total"):
+                    self.seen.append((t, int(float(line.rsplit(" ", 1)[1]))))
+
+    def finished_before(self, t_ns: int) -> int:
+        return max((n for at, n in self.seen if at < t_ns), default=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
+def test_a_signal_to_the_parent_of_a_simulator_run_stops_it_and_loses_nothing(tmp_path: Path, sig: int) -> None:
+    """The parent's PID alone. run.json says ``running`` while the run goes on; after the signal
+    nothing is sent more than 1 s later and the simulator is gone. SIGKILL: every request the
+    simulator finished before the last flush interval is on disk, and ``report`` and ``gate`` of
+    the folder say first that the run did not finish. SIGTERM/SIGINT: the simulator serves
+    through the drain, every scheduled request is one record, and run.json says why it ended."""
     out = tmp_path / "run"
-    proc = sim_run(out, itl_ms=20)
+    proc = sim_run(out, itl_ms=20)  # 10 tokens 20 ms apart: ~0.2 s answers, ~4 in flight at 20 req/s
     sim = sim_of(proc.pid)
-    wait_until(lambda: (out / "records.arrows").exists(), 60, "the run sending")
-    killed = time.monotonic()
-    proc.kill()
-    proc.communicate(timeout=10)
-    wait_until(lambda: not alive(sim), 2.0, "the simulator gone after its parent was killed")
-    assert time.monotonic() - killed < 2.0
+    wait_until(lambda: (out / "run.json").exists(), 60, "run.json written")
+    meta = orjson.loads((out / "run.json").read_bytes())
+    assert (meta["state"], meta["pid"]) == ("running", proc.pid)
+    counter = SimCounter(meta["endpoint"])
+    try:
+        wait_until(lambda: counter.finished_before(time.perf_counter_ns()) >= 20, 60, "the simulator serving")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=10)[1][-2000:]) from None
+    killed = time.perf_counter_ns()
+    os.kill(proc.pid, sig)
+    stdout, stderr = proc.communicate(timeout=30)
+    wait_until(lambda: not alive(sim), 3.0, "the simulator gone")
+    counter.stop()
     gone_within(proc.pid, 3.0)
+    t = record_columns(out)
+    sent = [x for x in t["t_sent"] if x is not None]
+    late = [(x - killed) / 1e6 for x in sent if x > killed + KILL_WINDOW_NS]
+    print(f"{signal.Signals(sig).name}: {sum(x > killed for x in sent)} requests sent after it, {len(late)} past 1 s")
+    assert late == [], f"requests sent {late} ms after the signal"
+    ok = t["status"].count("ok")
+    if sig == signal.SIGKILL:
+        finished = counter.finished_before(killed - FLUSH_MARGIN_NS)
+        print(f"  the simulator finished {finished} requests before the last flush interval; {ok} are on disk")
+        assert finished > 0 and ok >= finished, f"the simulator finished {finished} before the last flush; {ok} on disk"
+        assert orjson.loads((out / "run.json").read_bytes())["state"] == "running"  # nobody lived to finalise it
+        for command, code in ((["report", str(out)], 0), (["gate", str(out), "--slo", "interactive-chat"], 3)):
+            argv = [sys.executable, "-m", "loadgen", *command]
+            said = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            first = said.stdout.splitlines()[0] if said.stdout else said.stderr
+            assert first.startswith("INTERRUPTED: this run was interrupted (the run's process ended"), (command, first)
+            assert said.returncode == code, (command, said.stderr[-500:])  # the gate decides nothing: inconclusive
+        return
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, stderr
+    assert f"interrupted ({name})" in stdout
+    assert "disconnected" not in t["status"], "the simulator stopped before the drain ended"
+    assert ok >= counter.finished_before(time.perf_counter_ns()) > 0
+    assert sorted(t["request"]) == list(range(len(t["request"])))  # every request once, none twice
+    assert set(t["status"]) <= {"ok", "not_sent"} and t["status"].count("not_sent") > 500  # the rest of 60 s
+    meta = orjson.loads((out / "run.json").read_bytes())
+    assert meta["state"] == "interrupted" and meta["interrupted_reason"] == name
 
 
 @pytest.mark.parametrize("presses", [1, 2])
