@@ -73,6 +73,22 @@ def test_an_echoed_api_key_is_in_no_output(
     assert junit_problems(texts["junit"]) == []
 
 
+def test_a_header_given_on_the_command_line_is_in_no_output(
+    hostile: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-H "Authorization: Bearer TOKEN"``, the value written out literally: echo-auth sends it back."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    token = "hdr-Zr5Kq2Wn8/Tb4+Lm7Xc1="
+    before = len(hostile.served("echo-auth"))
+    args = ["--endpoint", hostile.url("echo-auth"), "-H", f"Authorization: Bearer {token}"]
+    rc, texts = run_cli(args, tmp_path, capsys, monkeypatch)
+    echoed = hostile.served("echo-auth")[before:]
+    assert any(v == f"Bearer {token}" for r in echoed for k, v in r["headers"] if k.lower() == "authorization")
+    assert rc in (0, 1)
+    assert leaks(token, texts) == []
+    assert "[REDACTED]" in texts["json"]
+
+
 def test_credentials_in_the_endpoint_url_are_in_no_output(
     hostile: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,8 @@ cleaned, escaped and redacted; ``compare --out`` onto a run folder writes beside
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +134,24 @@ def test_cli_writes_json_and_markdown_beside_the_html_even_in_a_run_folder(
     assert not (tmp_path / "o" / "compare.json").exists() and (tmp_path / "o" / "compare.html").exists()
     (tmp_path / "file").write_text("")
     assert cli_main(["compare", str(a), str(b), "--out", str(tmp_path / "file")]) == 2
+
+
+@pytest.mark.parametrize("how", ["interrupted", "killed"])
+def test_compare_of_an_interrupted_or_killed_run_says_so_on_its_first_line(
+    how: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Interrupted: run.json says so. Killed: run.json still says ``running``, and the process
+    that wrote it is gone (a PID that no longer exists)."""
+    state = {"state": "interrupted", "interrupted_reason": "SIGTERM"} if how == "interrupted" else {}
+    if how == "killed":
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        state = {"state": "running", "pid": gone.pid}
+    a = make_run(tmp_path / "a", [50.0] * 300)
+    b = make_run(tmp_path / "b", [60.0] * 300, meta=state)
+    assert cli_main(["compare", str(a), str(b), "--out", str(tmp_path / "o")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    why = "SIGTERM" if how == "interrupted" else "the run's process ended before it finished"
+    assert first.startswith(f"INTERRUPTED: b: this run was interrupted ({why})"), first
+    md = (tmp_path / "o" / "compare.md").read_text()
+    assert md.index("INTERRUPTED: b") < md.index("| ")  # above every table

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import orjson
@@ -79,19 +80,22 @@ def test_the_length_goes_in_the_field_asked_for(field: str, fields: set[str] | N
 
 
 # -- an Azure OpenAI-style endpoint: its query and headers on every route, secrets nowhere ----------
+@pytest.mark.parametrize("given", ["env:GW_TOKEN", TOKEN], ids=["from-a-variable", "written-out"])
 def test_a_deployment_url_keeps_its_query_and_headers_on_every_route_and_no_secret_leaks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A header's value is a secret whether it comes from a variable or is written out on the
+    command line (then it is in the argv loadgen records as the run's command)."""
     server = ManagedEndpoint(AZURE, VERSION, {"api-key": KEY, "X-Token": TOKEN}, echo_every=3)
     monkeypatch.setenv("AZ_KEY", KEY)
     monkeypatch.setenv("GW_TOKEN", TOKEN)
     out = tmp_path / "run"
     with serving(server.app()) as port:
         url = f"http://127.0.0.1:{port}{AZURE}?api-version=2024-10-21"
-        code = main(
-            ["run", "--endpoint", url, "--model", "d", "--api-key-env", "AZ_KEY", "--api-key-header", "api-key"]
-            + ["-H", "X-Token: env:GW_TOKEN", "--out", str(out), *QUICK]
-        )
+        args = ["run", "--endpoint", url, "--model", "d", "--api-key-env", "AZ_KEY", "--api-key-header", "api-key"]
+        args += ["-H", f"X-Token: {given}", "--out", str(out), *QUICK]
+        monkeypatch.setattr(sys, "argv", ["loadgen", *args])  # run.json records the command line
+        code = main(args)
     printed = capsys.readouterr()
     assert code == 0, printed.err
     routes = {(s.method, s.path_qs.split("?")[0]) for s in server.seen}
@@ -101,8 +105,10 @@ def test_a_deployment_url_keeps_its_query_and_headers_on_every_route_and_no_secr
         assert s.path_qs.endswith("?api-version=2024-10-21"), s.path_qs
         assert (s.headers.get("api-key"), s.headers.get("X-Token")) == (KEY, TOKEN)
         assert "Authorization" not in s.headers
-    settings = json.loads((out / "run.json").read_text())["settings"]
+    meta = json.loads((out / "run.json").read_text())
+    settings = meta["settings"]
     assert settings["headers"] == ["X-Token"] and settings["api_key_header"] == "api-key"
+    assert "-H" in meta["command"] and f"X-Token: {given}" not in meta["command"]
     texts = {"stdout": printed.out.encode(), "stderr": printed.err.encode()}
     texts |= {RunFiles(out).where(p): data for p, data in RunFiles(out).files}
     for secret in (KEY, TOKEN):
