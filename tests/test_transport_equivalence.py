@@ -41,9 +41,9 @@ def _run(tmp_path: Path, transport: str, faults: str, n: int) -> tuple[list[dict
         server = SimServer(FixedModel(ttft_s=0.004, itl_s=0.002 if faults else 0.0005), cfg)
         url = await server.start()
         try:
-            # The simulator draws a request's fault by the order requests reach it, which for later
-            # turns (or close arrivals) is timing's: with faults, one turn each, 50 ms apart (an
-            # answer takes ~30 ms), so the order, and each request's fault, is the schedule's.
+            # The simulator keys a request's fault by its sequence number, given in the order of
+            # sending, which for later turns is timing's: with faults, one turn each, 50 ms apart
+            # (an answer takes ~30 ms), so each request's number, and its fault, is the schedule's.
             turns, arrival = (1, Arrival("constant", rate=20.0)) if faults else (3, Arrival("poisson", rate=200.0))
             wl = load_workload(
                 "chat-multiturn", seed=11, overrides={"turns": turns, "think": 0.01, "output_tokens": 12}

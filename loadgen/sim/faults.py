@@ -3,8 +3,10 @@
 A ``FaultSpec`` is parsed from one CLI string, e.g.
 ``http500=0.05,http429=0.02:1.5,disconnect=0.05,stall=0.02:2.0,malformed=0.01,
 usage_under=0.5,buffered,ignore_max_tokens,ignore_eos_ignored``. Rates are per
-request; which request gets which fault is drawn from a seeded generator, so a
-fault run is reproducible.
+request; which request gets which fault is drawn from a seeded generator keyed by the
+request's number in the run (its ``X-Loadgen-Seq``; the order of arrival for a client
+that sends none), so a fault run is reproducible, and the same traffic meets the same
+faults however its requests happen to interleave.
 """
 
 from __future__ import annotations

@@ -224,7 +224,10 @@ class SimServer:
             self._seq += 1
         seq_header = request.headers.get("X-Loadgen-Seq")
         rid = f"{request.headers.get('X-Loadgen-Run', 'sim')}-{seq_header or self._seq}"
-        plan = FaultPlan() if probe else plan_for(cfg.faults, self._seq, n_out)
+        seq = int(seq_header) if seq_header and seq_header.isdigit() else self._seq
+        # a request's faults are keyed by its number in the run (the order requests arrive in is
+        # timing's): the same traffic meets the same faults, whatever the transport or the load
+        plan = FaultPlan() if probe else plan_for(cfg.faults, seq, n_out)
         if plan.status == 429:
             resp = _error(429, "Rate limit reached; retry later.", "rate_limit_error", "rate_limit_exceeded")
             resp.headers["Retry-After"] = f"{cfg.faults.retry_after_s:g}"
@@ -233,7 +236,6 @@ class SimServer:
             return _error(500, "The server had an error while processing your request.", "server_error")
 
         req = SimRequest(rid=rid, prompt_ids=prompt_ids, max_tokens=n_out, arrival_ns=arrival)
-        seq = int(seq_header) if seq_header and seq_header.isdigit() else self._seq
         asked = chat_view(body) if responses else body
         tool = (
             tool_call_for(asked, prompt_ids, seq, rid, cfg.tool_calls, cfg.tool_call_shape)
