@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from loadgen.cli.main import main as cli_main
-from loadgen.conformance.check import CheckOptions, run_check
+from loadgen.conformance.check import run_check
+from loadgen.conformance.check_client import CheckOptions
 from loadgen.conformance.check_items import ITEMS, error_shape, overlap, real_streaming
 from loadgen.conformance.ci_outputs import Outcome
 from loadgen.conformance.exchange import LoopWatch, Stream, Wire
@@ -271,7 +272,8 @@ def test_overlap_is_inconclusive_when_the_client_stalled() -> None:
 def test_a_request_the_server_dropped_on_a_stale_keep_alive_connection_is_sent_once_more() -> None:
     """A server that closes an idle pooled connection as the next request arrives (llama.cpp does)
     answered nothing: the check resends once, as the engine does, instead of failing the item."""
-    from loadgen.conformance.check import Checker, check_session
+    from loadgen.conformance.check import Checker
+    from loadgen.conformance.check_client import check_session
 
     served: list[int] = []
 

@@ -135,7 +135,8 @@ def test_every_renderer_redacts_what_a_case_carries() -> None:
 def test_an_endless_models_list_is_read_up_to_a_cap(hostile: HostileServer) -> None:
     import asyncio
 
-    from loadgen.conformance.check import CheckOptions, run_check
+    from loadgen.conformance.check import run_check
+    from loadgen.conformance.check_client import CheckOptions
 
     out = asyncio.run(run_check(CheckOptions(url=hostile.url("models-endless"), timeout_s=10, streams=2)))
     models = next(c for c in out.cases if c.name == "models-list")
@@ -151,7 +152,8 @@ def test_an_endless_models_list_is_read_up_to_a_cap(hostile: HostileServer) -> N
 def test_a_compressed_stream_fails_framing_saying_so(hostile: HostileServer) -> None:
     import asyncio
 
-    from loadgen.conformance.check import CheckOptions, run_check
+    from loadgen.conformance.check import run_check
+    from loadgen.conformance.check_client import CheckOptions
 
     out = asyncio.run(run_check(CheckOptions(url=hostile.url("gzip"), timeout_s=10, streams=2)))
     framing = next(c for c in out.cases if c.name == "chat-stream-framing")

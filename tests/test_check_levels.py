@@ -24,7 +24,8 @@ import pytest
 from junit_schema import junit_problems
 from openai_fakes import FakeServer
 
-from loadgen.conformance.check import CheckOptions, run_check
+from loadgen.conformance.check import run_check
+from loadgen.conformance.check_client import CheckOptions
 from loadgen.conformance.check_items import ITEMS, LEVELS, RESPONSES_ITEMS, item_case, non_stream, verdict
 from loadgen.conformance.check_tokens import ignore_eos, max_tokens, usage_matches
 from loadgen.conformance.ci_outputs import Case, Outcome, overall_status, to_json, to_junit, to_markdown

@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from loadgen.conformance.check import CheckOptions, run_check
+from loadgen.conformance.check import run_check
+from loadgen.conformance.check_client import CheckOptions
 from loadgen.conformance.check_items import LEVELS, RESPONSES_ITEMS
 from loadgen.conformance.ci_outputs import Outcome
 from loadgen.conformance.exchange import Wire

@@ -105,7 +105,8 @@ def main(args: argparse.Namespace) -> int:
 
     from loadgen.client.run import target
     from loadgen.client.settings import api_key_from_env
-    from loadgen.conformance.check import CheckOptions, run_check
+    from loadgen.conformance.check import run_check
+    from loadgen.conformance.check_client import CheckOptions
     from loadgen.conformance.ci_outputs import print_outcome, write_outputs
     from loadgen.workload.tokenizer import get_tokenizer
 

@@ -9,7 +9,8 @@ needs real streaming, token throughput needs truthful ``usage``, fixed-length
 traffic needs ``max_tokens`` and ``ignore_eos`` honoured. Each item says what it
 proves in ``ITEMS``; docs/conformance.md says more.
 
-This module sends the requests (``Checker``, ``run_check``); what it reads off
+This module runs the battery (``Checker``, ``run_check``) over ``check_client``'s
+exchanges (its options, session, capped reads and stale resend); what it reads off
 the socket is ``exchange`` (``Wire``, ``Stream``, ``LoopWatch``), the items and
 the pure verdicts on them are ``check_items`` (the timing ones on ``arrivals``),
 and the two items that go through the official client are ``openai_client``. With
@@ -28,16 +29,13 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
 import orjson
 
 from loadgen.client.endpoint import endpoint_label, endpoint_path
-from loadgen.client.endpoint_options import EndpointOptions
+from loadgen.conformance.check_client import MAX_STREAM, CheckClient, CheckOptions, check_session
 from loadgen.conformance.check_items import (
     ITEMS,
     UNKNOWN_MODEL,
@@ -56,108 +54,19 @@ from loadgen.conformance.check_tokens import ignore_eos, max_tokens, usage_match
 from loadgen.conformance.ci_outputs import Case, Outcome
 from loadgen.conformance.exchange import LoopWatch, Stream, Wire
 from loadgen.conformance.openai_client import openai_client_item, preload_openai
-from loadgen.redaction import Secrets
-from loadgen.untrusted import clean_text
-from loadgen.workload.tokenizer import Tokenizer
 
-__all__ = ["CheckOptions", "Checker", "check_session", "run_check"]
+__all__ = ["Checker", "run_check"]
 
 LONG_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle. Use many short sentences."
 # Prompts a model answers in a word or two, so only ignore_eos can make them long.
 SHORT_PROMPTS = ("Reply with the single word done.", "Say hello and nothing else.", "Answer with just the word OK.")
-_MAX_STREAM = 16 << 20  # a streamed answer of a few dozen tokens is a few KiB
-_MAX_BODY = 4 << 20  # a non-streamed answer, an error, /v1/models (hundreds of models fit)
-_STALE_RETRIES = 8  # each failed try drops one dead pooled connection; a fresh one ends it
 _EVIDENCE = 1000  # characters of an item's evidence
 S = TypeVar("S", bound=Stream)  # a chat or completions Stream, or a ResponsesStream
 _RANK = ("fail", "inconclusive", "skip", "pass")  # of a timing item's two measurements, the better stands
 
 
-@dataclass(frozen=True)
-class CheckOptions:
-    """What to check and how long to wait; ``url`` is the OpenAI base URL (…/v1)."""
-
-    url: str
-    model: str | None = None
-    api_key: str | None = None
-    tokenizer: Tokenizer | None = None
-    timeout_s: float = 60.0
-    streams: int = 8
-    max_tokens: int = 64
-    context_len: int | None = None  # for the over-long prompt; else asked of the endpoint
-    strict: bool = False  # a WARN fails the check too
-    api: str = "chat"  # "chat": the chat and completions battery; "responses": check_responses's
-    http: EndpointOptions = field(default_factory=EndpointOptions)  # headers, key header, TLS, proxy
-
-    @property
-    def secrets(self) -> Secrets:
-        """The check's secrets: its API key, its header values and the credentials in its URL."""
-        return self.http.secrets(self.api_key, self.url)
-
-
-class Checker:
+class Checker(CheckClient):
     """Runs the battery against one endpoint; ``run`` returns one Case per item."""
-
-    def __init__(self, opts: CheckOptions, http: aiohttp.ClientSession) -> None:
-        self.o = opts
-        self.http = http
-        self.model: str | None = opts.model
-        self.models_json: Any = None
-        self.secrets = opts.secrets
-
-    def text(self, value: object, limit: int = 160) -> str:
-        """Endpoint text as evidence: the check's secrets removed, then one clean line."""
-        return clean_text(self.secrets.redact(str(value)), limit)
-
-    # -- wire ---------------------------------------------------------------------------
-    def _headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        h.update(self.o.http.request_headers(self.o.api_key))
-        return h
-
-    async def request(self, method: str, url: str, body: bytes | None = None, *, cap: int = _MAX_BODY) -> Wire:
-        """One exchange, its body read up to ``cap`` bytes. The stale keep-alive race is handled
-        as the engine handles it: a server that closed an idle pooled connection as the request
-        went out on it answered nothing, so the request is sent again (on a fresh connection
-        once the dead pooled ones are used up)."""
-        for _ in range(_STALE_RETRIES):
-            w, stale = await self._exchange(method, url, body, cap)
-            if not stale:
-                break
-        return w
-
-    async def _exchange(self, method: str, url: str, body: bytes | None, cap: int) -> tuple[Wire, bool]:
-        """The exchange, and whether it failed unanswered on a reused connection (worth resending)."""
-        w = Wire(t_sent=time.perf_counter_ns(), secrets=self.secrets)
-        ctx = SimpleNamespace(reused=False)
-        stale = False
-        try:
-            async with self.http.request(
-                method,
-                url,
-                data=body,
-                headers=self._headers(),
-                trace_request_ctx=ctx,
-                **self.o.http.request_kwargs(url),
-            ) as resp:
-                w.status, w.content_type = resp.status, resp.headers.get("Content-Type", "")
-                w.content_encoding = resp.headers.get("Content-Encoding", "")
-                size = 0
-                async for data in resp.content.iter_any():
-                    w.reads.append((time.perf_counter_ns(), data))
-                    size += len(data)
-                    if size > cap:
-                        w.error = f"answer longer than {cap >> 20} MiB; stopped reading"
-                        break
-        except asyncio.TimeoutError:
-            w.error = f"no complete answer within {self.o.timeout_s:g} s"
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as e:
-            stale = ctx.reused and w.status is None
-            w.error = f"{type(e).__name__}: {self.text(e)}"
-        except (aiohttp.ClientError, OSError, ValueError) as e:  # ValueError: a key and URL credentials both
-            w.error = f"{type(e).__name__}: {self.text(e)}"
-        w.t_done = time.perf_counter_ns()
-        return w, stale
 
     def body(self, api: str, prompt: str, *, stream: bool = True, **extra: Any) -> bytes:
         b: dict[str, Any] = {"model": self.model, "max_tokens": self.o.max_tokens, "temperature": 0}
@@ -174,7 +83,7 @@ class Checker:
     async def stream(self, api: str, prompt: str, **extra: Any) -> Stream:
         path = "/chat/completions" if api == "chat" else "/completions"
         wire = await self.request(
-            "POST", endpoint_path(self.o.url, path), self.body(api, prompt, **extra), cap=_MAX_STREAM
+            "POST", endpoint_path(self.o.url, path), self.body(api, prompt, **extra), cap=MAX_STREAM
         )
         return Stream.read(wire, api)
 
@@ -377,21 +286,6 @@ class Checker:
             return overlap(await self.watched(*(self.stream("chat", p, max_tokens=32) for p in prompts)))
 
         return await self._timing("concurrent-streams", await measure(), measure)
-
-
-def check_session(opts: CheckOptions) -> aiohttp.ClientSession:
-    """The check's HTTP session: a request's timeout, a pool for the concurrent streams, and
-    the tracing that tells ``Checker.request`` a request went out on a reused connection."""
-
-    async def reused(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
-        if isinstance(ctx.trace_request_ctx, SimpleNamespace):
-            ctx.trace_request_ctx.reused = True
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_reuseconn.append(reused)
-    timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_connect=min(10.0, opts.timeout_s))
-    connector = aiohttp.TCPConnector(limit=4 * opts.streams + 16, ssl=opts.http.ssl_context())
-    return aiohttp.ClientSession(timeout=timeout, connector=connector, read_bufsize=1 << 20, trace_configs=[trace])
 
 
 async def run_check(opts: CheckOptions) -> Outcome:
