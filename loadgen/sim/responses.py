@@ -65,7 +65,7 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def usage_of(chat_usage: dict[str, Any]) -> dict[str, Any]:
-    """The Responses usage for the chat usage the server computed (server._usage)."""
+    """The Responses usage for the chat usage the server computed (``Replies.usage``)."""
     return {
         "input_tokens": chat_usage["prompt_tokens"],
         "input_tokens_details": {
