@@ -18,7 +18,7 @@ from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sim.scheduler import BatchScheduler
 from loadgen.sim.virtual import VirtualRun, simulate, simulate_point
-from loadgen.sim.virtual.loop import PromptIds, SingleTurns
+from loadgen.sim.virtual.requests import PromptIds, SingleTurns
 from loadgen.sim.virtual.tokens import TokenLog
 from loadgen.workload.base import SyntheticChat
 from loadgen.workload.session import Session

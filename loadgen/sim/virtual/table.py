@@ -21,7 +21,7 @@ import pyarrow as pa
 from loadgen.record_version import stamped
 from loadgen.records import SCHEMA, SCHEMA_VERSION
 from loadgen.sim.answer import SimConfig, chunk_seed, chunk_size
-from loadgen.sim.virtual.loop import Unsent, VirtualRequest
+from loadgen.sim.virtual.requests import Unsent, VirtualRequest
 from loadgen.sim.virtual.tokens import I64, TokenLog
 from loadgen.workload.session import Turn
 
