@@ -189,6 +189,36 @@ def test_many_ranks_are_gathered_a_few_buckets_at_a_time(monkeypatch: pytest.Mon
     assert np.array_equal(selection.order_statistics(blocks.copy, ranks), expanded[ranks])
 
 
+def test_a_cdfs_ranks_take_one_pass_after_the_first_from_the_fine_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(selection, "_GATHER", 4000)  # a first-pass bucket's samples: too many to gather 400 of
+    rng = np.random.default_rng(5)
+    blocks = [(rng.lognormal(3.0, 0.5, 20_000), rng.integers(1, 4, 20_000)) for _ in range(3)]
+    expanded = np.sort(np.concatenate([np.repeat(v, k) for v, k in blocks]))
+    ranks = np.unique(np.linspace(0, expanded.size - 1, 400).round().astype(int))
+    walks: list[int] = []
+
+    def counted() -> list[tuple[Any, Any]]:
+        walks.append(1)
+        return blocks.copy()
+
+    assert np.array_equal(selection.order_statistics(counted, ranks), expanded[ranks])
+    assert len(walks) == 2  # the first pass, then one gathering the ranks' fine buckets
+    coarse = selection.first_passes(lambda: ([b] for b in blocks), 1, finely=[False])[0]
+    walks.clear()
+    assert np.array_equal(selection.order_statistics(counted, ranks, coarse), expanded[ranks])
+    assert len(walks) == 2  # without fine counts: a pass narrowing the crowded buckets, then one gathering
+
+
+def test_ranks_beyond_the_finely_counted_octaves_are_exact_too() -> None:
+    rng = np.random.default_rng(8)
+    wide = np.concatenate([rng.lognormal(0.0, 12.0, 3000), np.zeros(200), rng.lognormal(2.0, 0.3, 3000)])
+    rng.shuffle(wide)
+    blocks = [(wide[i::4], rng.integers(1, 3, wide[i::4].size)) for i in range(4)]
+    expanded = np.sort(np.concatenate([np.repeat(v, k) for v, k in blocks]))
+    ranks = np.arange(0, expanded.size, 7)  # first-pass and fine buckets alike, in the same passes
+    assert np.array_equal(selection.order_statistics(blocks.copy, ranks), expanded[ranks])
+
+
 # --------------------------------------------------------------------------- the passes over the records
 
 
@@ -320,6 +350,9 @@ def test_the_series_counts_are_the_same_merged_every_few_blocks(monkeypatch: pyt
     again = [pa.Table.from_batches(x.to_batches()) for x in (t, t, shuffled)]  # new tables: not memoised
     assert [timeseries(again[0]), timeseries(again[1], 0.5), timeseries(again[2])] == want
     assert want[0] == want[2] and len(want[0]) > 10
+    monkeypatch.setattr(interval_counts, "_DENSE_CELLS", 0)  # closing intervals counted by sorting, not densely
+    again = [pa.Table.from_batches(x.to_batches()) for x in (t, t, shuffled)]
+    assert [timeseries(again[0]), timeseries(again[1], 0.5), timeseries(again[2])] == want
 
 
 def test_a_file_of_pyarrows_default_layout_reads_as_one_of_ours(tmp_path: Path) -> None:
@@ -337,10 +370,11 @@ def test_a_file_of_pyarrows_default_layout_reads_as_one_of_ours(tmp_path: Path) 
     assert (new / PARQUET_NAME).stat().st_size < (old / PARQUET_NAME).stat().st_size
 
 
+@pytest.mark.parametrize("cells", [interval_counts._DENSE_CELLS, 0], ids=["dense table", "pairs"])
 def test_an_intervals_itl_percentiles_are_taken_once_it_is_complete_as_its_histogram_gives(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, cells: int
 ) -> None:
-    monkeypatch.setattr(interval_counts, "_MERGE_PAIRS", 16)  # handed over after nearly every block
+    monkeypatch.setattr(interval_counts, "_DENSE_CELLS", cells)  # 0: every open interval held as pairs
     monkeypatch.setattr(timeseries_module, "_SERIES_BLOCK", 300)
     t = varied_table(800)
     late = t.num_rows // 3  # one early row's chunks arrive long after the later rows': its intervals stay open
@@ -348,13 +382,18 @@ def test_an_intervals_itl_percentiles_are_taken_once_it_is_complete_as_its_histo
     ns[late] = [v + 5 * 10**9 for v in ns[late]]
     t = t.set_column(t.column_names.index("chunk_ns"), "chunk_ns", pa.array(ns, t.schema.field("chunk_ns").type))
     handed: list[int] = []
-    feed = interval_counts.IntervalPercentiles.feed
+    table_percentiles, feed = interval_counts._table_percentiles, interval_counts.IntervalPercentiles.feed
 
-    def counted(self: interval_counts.IntervalPercentiles, keys: Any, totals: Any) -> None:
+    def from_table(at: Any, b0: int, c0: int, table: Any) -> None:
+        handed.append(table.shape[0])
+        table_percentiles(at, b0, c0, table)
+
+    def fed(self: interval_counts.IntervalPercentiles, keys: Any, totals: Any) -> None:
         handed.append(keys.size)
         feed(self, keys, totals)
 
-    monkeypatch.setattr(interval_counts.IntervalPercentiles, "feed", counted)
+    monkeypatch.setattr(interval_counts, "_table_percentiles", from_table)
+    monkeypatch.setattr(interval_counts.IntervalPercentiles, "feed", fed)
     rows = timeseries(t)
     assert len(handed) > 3  # taken interval by interval as the walk went, not all at the end
     for row, h in zip(rows, timeseries_module.iter_interval_histograms(t), strict=True):

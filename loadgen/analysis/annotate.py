@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,15 @@ from loadgen.record_annotation import DERIVED, DERIVED_SCHEMA, METADATA_PREFIX, 
 from loadgen.record_version import VERSION_KEY, parse_version, version_of
 from loadgen.records import PARQUET_NAME, SCHEMA, SCHEMA_VERSION, file_metadata, read_records, read_run_meta
 
-__all__ = ["Annotation", "annotation", "annotate_run", "report_windows", "PERCENTILE_RULE", "EXAMPLE_QUERY"]
+__all__ = [
+    "Annotation",
+    "annotation",
+    "annotate_run",
+    "start_annotate_run",
+    "report_windows",
+    "PERCENTILE_RULE",
+    "EXAMPLE_QUERY",
+]
 
 PERCENTILE_RULE = (
     "nearest rank: the p-th percentile is the value at rank ceil(p/100 * n) (at least 1) of the n "
@@ -105,17 +114,36 @@ def annotate_run(
     the records as ``read_records`` returned them, to save reading them again (they are read
     once either way, and the annotated file written from them). A run whose records were never
     compacted (no Parquet file) is left as it is: None."""
+    return start_annotate_run(run_dir, windows, table=table).result()
+
+
+def start_annotate_run(
+    run_dir: str | os.PathLike[str],
+    windows: Window | Mapping[int, Window] | None = None,
+    *,
+    table: pa.Table | None = None,
+) -> Future[Path | None]:
+    """``annotate_run``, its annotation computed here and its file written in a thread of its own,
+    so that the figures computed meanwhile overlap the rewrite (Parquet's writer lets go of the
+    GIL): the future's ``result()`` waits for the file and raises what ``annotate_run`` would."""
+    done: Future[Path | None] = Future()
     run = Path(run_dir)
     if not (run / PARQUET_NAME).exists():
-        return None
+        done.set_result(None)
+        return done
     meta = read_run_meta(run)
     records = table if table is not None else read_records(run)
     chosen = windows if windows is not None else report_windows(meta, records)
     run_id = meta.get("run_id")
     a = annotation(records, chosen, sweep="points" in meta, run_id=run_id if isinstance(run_id, str) else None)
     if _holds(run / PARQUET_NAME, a):  # a report run again: the same bytes would be written
-        return run / PARQUET_NAME
-    return annotate(run, a.in_window, a.metadata, a.derived, table=records)  # the file is not read again
+        done.set_result(run / PARQUET_NAME)
+        return done
+    pool = ThreadPoolExecutor(1, thread_name_prefix="loadgen-annotate")
+    try:  # the file is not read again
+        return pool.submit(annotate, run, a.in_window, a.metadata, a.derived, table=records)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _holds(path: Path, a: Annotation) -> bool:

@@ -133,8 +133,8 @@ def chunk_tokens(c: Cols) -> Ints:
     def compute() -> Ints:
         out: Ints = np.zeros(c.n, dtype=np.int64)
         for b in chunk_blocks(c):
-            sums = np.bincount(b.owner, weights=b.tok).astype(np.int64)
-            out[b.row0 : b.row0 + sums.size] = sums
+            (rows,) = np.nonzero(b.lens)  # (a request without chunks keeps its 0)
+            out[b.row0 + rows] = np.add.reduceat(b.tok, (np.cumsum(b.lens) - b.lens)[rows])
         return out
 
     return c.once("chunk_tokens", compute)

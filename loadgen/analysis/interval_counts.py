@@ -1,17 +1,17 @@
 """Latency samples counted per interval as HdrHistogram counters, and their percentiles.
 
 The time series (``timeseries``) holds one HdrHistogram per interval; at a million requests its
-ITL has ~15 M (interval, counter) pairs at 1 s. They are counted block by block
-(``IntervalCounter``), then either kept (``IntervalCounts``, whose ``hist`` builds an interval's
-histogram) or handed over as soon as every interval they hold is complete, for its percentiles
-(``IntervalPercentiles``): a series walked in time order then holds a few intervals' pairs, not
-the run's. A percentile is what ``hist_percentile`` of the interval's histogram gives.
+ITL has ~15 M (interval, counter) pairs at 1 s. They are counted block by block, and either
+kept (``IntervalCounter``, then ``IntervalCounts``, whose ``hist`` builds an interval's
+histogram) or counted only while an interval is open and its percentiles taken as it closes
+(``ClosingCounter``, ``IntervalPercentiles``): a series walked in time order then holds a few
+intervals' counts, not the run's. A percentile is what ``hist_percentile`` of the interval's
+histogram gives.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ __all__ = [
     "IntervalCounts",
     "IntervalCounter",
     "IntervalPercentiles",
+    "ClosingCounter",
     "percentiles",
     "fill_histogram",
 ]
@@ -101,45 +102,46 @@ class IntervalCounts:
         return h
 
 
+def _block_pairs(bucket: Ints, counter: Ints, counts: Tokens | None) -> tuple[Ints, Ints]:
+    """A block's samples as (interval, counter) pairs: keys ``interval * counters + counter``,
+    ascending, and their totals; counted densely over the intervals and counters the block spans
+    when they are few beside its samples, else by sorting the samples' keys."""
+    w = None if counts is None else counts.astype(np.float64)
+    b0, c0 = int(bucket.min()), int(counter.min())
+    width = int(counter.max()) - c0 + 1
+    size = (int(bucket.max()) - b0 + 1) * width
+    if size <= max(_DENSE_PER_SAMPLE * bucket.size, _DENSE_MIN):
+        got = np.bincount((bucket - b0) * width + (counter - c0), weights=w, minlength=size)
+        (at,) = np.nonzero(got)
+        b, c = np.divmod(at, width)
+        return (b + b0) * _BINS + (c + c0), (got[at] if w is None else np.rint(got[at]).astype(np.int64))
+    key = bucket.astype(np.int64) * _BINS + counter
+    uniq, inv = np.unique(key, return_inverse=True)
+    return uniq, np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64)
+
+
 class IntervalCounter:
     """A ``IntervalCounts`` counted block by block: each block by (interval, counter) pairs, densely
     over the intervals and counters it spans when they are few beside its samples (a block of
     ITL gaps spans a few intervals and a few thousand counters), else by sorting; merged every
     ``_MERGE_PAIRS`` pairs into the sorted, disjoint parts counted so far (``_merge``), and at
-    the end (``done``). With a ``sink``, the pairs of the intervals no sample to come can fall in
-    (below ``add``'s ``final``) are handed to it once merged, in order, every pair of an interval
-    at once, and let go (``flush`` hands over the rest at the end)."""
+    the end (``done``): every interval kept whole (``ClosingCounter`` keeps only percentiles)."""
 
-    def __init__(self, sink: Callable[[Ints, Ints], None] | None = None) -> None:
+    def __init__(self) -> None:
         self.keys: list[Ints] = []  # the blocks' pairs not yet merged, each block's sorted
         self.totals: list[Ints] = []
         self.pending = 0
         self.merged: list[tuple[Ints, Ints]] = []  # (keys, totals): ascending, each part's keys below the next's
-        self.sink = sink
-        self.final = 0  # every sample still to come falls in an interval >= this one
 
     def add(self, bucket: Ints, counter: Ints, counts: Tokens | None, final: int = 0) -> None:
         """Samples by interval and HdrHistogram counter (``us_index``), ``counts`` of each (None:
-        one); ``final``: every sample added later falls in an interval >= it."""
-        self.final = max(self.final, final)
+        one); ``final`` (where every sample added later falls) is ``ClosingCounter``'s."""
         if bucket.size == 0:
             return
-        w = None if counts is None else counts.astype(np.float64)
-        b0, c0 = int(bucket.min()), int(counter.min())
-        width = int(counter.max()) - c0 + 1
-        size = (int(bucket.max()) - b0 + 1) * width
-        if size <= max(_DENSE_PER_SAMPLE * bucket.size, _DENSE_MIN):
-            got = np.bincount((bucket - b0) * width + (counter - c0), weights=w, minlength=size)
-            (at,) = np.nonzero(got)
-            b, c = np.divmod(at, width)
-            self.keys.append((b + b0) * _BINS + (c + c0))
-            self.totals.append(got[at] if w is None else np.rint(got[at]).astype(np.int64))
-        else:
-            key = bucket.astype(np.int64) * _BINS + counter
-            uniq, inv = np.unique(key, return_inverse=True)
-            self.keys.append(uniq)
-            self.totals.append(np.rint(np.bincount(inv.ravel(), weights=w, minlength=uniq.size)).astype(np.int64))
-        self.pending += self.keys[-1].size
+        keys, totals = _block_pairs(bucket, counter, counts)
+        self.keys.append(keys)
+        self.totals.append(totals)
+        self.pending += keys.size
         if self.pending >= _MERGE_PAIRS:
             self._merge()
 
@@ -164,33 +166,6 @@ class IntervalCounter:
         self.merged.append(
             (uniq, np.rint(np.bincount(inv.ravel(), weights=weights, minlength=uniq.size)).astype(np.int64))
         )
-        if self.sink is not None:
-            self._hand_over(self.final * _BINS)
-
-    def _hand_over(self, below: int | None) -> None:
-        """The merged pairs of keys below ``below`` (all: None) handed to the sink in one call (an
-        interval's pairs may lie in two parts) and let go."""
-        assert self.sink is not None
-        keys: list[Ints] = []
-        totals: list[Ints] = []
-        while self.merged:
-            k, t = self.merged[0]
-            i = k.size if below is None else int(np.searchsorted(k, below))
-            if i == 0:
-                break
-            if i == k.size:
-                self.merged.pop(0)
-            else:
-                self.merged[0] = (k[i:], t[i:])
-            keys.append(k[:i])
-            totals.append(t[:i])
-        if keys:
-            self.sink(np.concatenate(keys), np.concatenate(totals))
-
-    def flush(self) -> None:
-        """Every pair not yet handed to the sink, handed over (the walk is over)."""
-        self._merge()
-        self._hand_over(None)
 
     def done(self) -> IntervalCounts:
         self._merge()
@@ -246,6 +221,17 @@ class IntervalPercentiles:
         bucket, counter = np.divmod(keys, _BINS)
         self.add(bucket, counter, totals)
 
+    def add_pairs(self, keys: Ints, totals: Ints) -> None:
+        """Every pair of the intervals it holds, keys ``interval * counters + counter`` in any
+        order (a key may come more than once: its totals add up)."""
+        bucket, counter = np.divmod(keys, _BINS)
+        cells = (int(bucket.max()) - int(bucket.min()) + 1) * (int(counter.max()) - int(counter.min()) + 1)
+        if cells <= _DENSE_CELLS:
+            _pair_percentiles(self.at, keys, totals)
+            return
+        uniq, inv = np.unique(keys, return_inverse=True)
+        self.feed(uniq, np.bincount(inv.ravel(), weights=totals, minlength=uniq.size).astype(np.int64))
+
     def add(self, bucket: NDArray[np.signedinteger[Any]], counter: NDArray[np.signedinteger[Any]], count: Ints) -> None:
         """Every pair of the intervals it holds, sorted by interval."""
         if count.size == 0:
@@ -257,6 +243,121 @@ class IntervalPercentiles:
         for p, out in self.at.items():
             target = np.maximum(np.floor(min(p, 100.0) * total / 100 + 0.5).astype(np.int64), 1)
             out[bucket[start]] = _highest()[counter[np.searchsorted(running, before + target)]]
+
+
+class ClosingCounter:
+    """Samples by interval and HdrHistogram counter fed block by block in about time order, each
+    interval's percentiles (``IntervalPercentiles``) taken as soon as no sample to come can fall in
+    it (``add``'s ``final``). The intervals still open are counted in a dense table (interval by
+    counter), each block added to its own corner of it, and a closing interval's percentiles read
+    from its row's running sums: nothing sorted, nothing merged. Where the table would pass
+    ``_DENSE_CELLS`` (intervals held open long, counters far apart) the open intervals go over to
+    (interval, counter) pairs (``_block_pairs``), kept per block until their intervals close."""
+
+    def __init__(self, at: IntervalPercentiles) -> None:
+        self.at = at
+        self.closed = 0  # the intervals below it are closed
+        self.table: Floats | None = np.zeros((0, 0))  # from interval ``closed``, counters from ``c_lo``; None: pairs
+        self.c_lo = 0
+        self.open: list[tuple[Ints, Ints]] = []  # (once the table is let go) the blocks' pairs of open intervals
+
+    def add(self, bucket: Ints, counter: Ints, counts: Tokens | None, final: int = 0) -> None:
+        """As ``IntervalCounter.add``; the intervals below ``final`` are closed."""
+        if bucket.size and not self._counted(bucket, counter, counts):
+            self.open.append(_block_pairs(bucket, counter, counts))
+        if final > self.closed:
+            self._close(final)
+
+    def flush(self) -> None:
+        """Every interval closed (the walk is over)."""
+        self._close(None)
+
+    def _counted(self, bucket: Ints, counter: Ints, counts: Tokens | None) -> bool:
+        """The block counted into the table (False: no table, or it would grow too large)."""
+        t = self.table
+        if t is None:
+            return False
+        b_lo, b_hi = int(bucket.min()) - self.closed, int(bucket.max()) - self.closed
+        if b_lo < 0:
+            raise ValueError(f"a sample in interval {b_lo + self.closed}, closed already")
+        c_min, c_max = int(counter.min()), int(counter.max())
+        c_lo = c_min if t.size == 0 else min(self.c_lo, c_min)
+        width = max(c_max + 1, self.c_lo + t.shape[1] if t.size else 0) - c_lo
+        if b_hi >= t.shape[0] or width != t.shape[1]:
+            rows = max(b_hi + 1, t.shape[0])
+            rows = 2 * rows if 2 * rows * width <= _DENSE_CELLS else rows  # (room to grow into)
+            if rows * width > _DENSE_CELLS:
+                self._to_pairs()
+                return False
+            grown = np.zeros((rows, width))
+            grown[: t.shape[0], self.c_lo - c_lo : self.c_lo - c_lo + t.shape[1]] = t
+            self.table, self.c_lo, t = grown, c_lo, grown
+        w = c_max - c_min + 1
+        got = np.bincount(
+            (bucket - (b_lo + self.closed)) * w + (counter - c_min),
+            weights=None if counts is None else counts.astype(np.float64),
+            minlength=(b_hi - b_lo + 1) * w,
+        )
+        t[b_lo : b_hi + 1, c_min - c_lo : c_max - c_lo + 1] += got.reshape(b_hi - b_lo + 1, w)
+        return True
+
+    def _to_pairs(self) -> None:
+        """The table's counts as pairs of the open intervals, the table let go."""
+        assert self.table is not None
+        r, col = np.nonzero(self.table)  # (row-major: the keys ascending)
+        if r.size:
+            keys = (r + self.closed) * _BINS + (col + self.c_lo)
+            self.open.append((keys, np.rint(self.table[r, col]).astype(np.int64)))
+        self.table = None
+
+    def _close(self, upto: int | None) -> None:
+        if self.table is not None:
+            k = self.table.shape[0] if upto is None else min(upto - self.closed, self.table.shape[0])
+            if k > 0 and self.table.size:
+                _table_percentiles(self.at.at, self.closed, self.c_lo, self.table[:k])
+            self.table = self.table[k:]
+            self.closed = self.closed + k if upto is None else upto
+            return
+        below = None if upto is None else upto * _BINS
+        keys: list[Ints] = []
+        totals: list[Ints] = []
+        still = []
+        for key, tot in self.open:
+            i = key.size if below is None else int(np.searchsorted(key, below))
+            if i:
+                keys.append(key[:i])
+                totals.append(tot[:i])
+            if i < key.size:
+                still.append((key[i:], tot[i:]))
+        self.open = still
+        self.closed = self.closed if upto is None else upto
+        if keys:
+            self.at.add_pairs(np.concatenate(keys), np.concatenate(totals))
+
+
+_DENSE_CELLS = 1 << 21  # (interval, counter) cells of a dense table at most (16 MB; beyond: pairs, by sorting)
+
+
+def _pair_percentiles(at: dict[int, Ints], keys: Ints, totals: Ints) -> None:
+    """``IntervalPercentiles.add_pairs``: a dense table of the pairs' intervals by counters."""
+    bucket, counter = np.divmod(keys, _BINS)
+    b0, c0 = int(bucket.min()), int(counter.min())
+    rows, width = int(bucket.max()) - b0 + 1, int(counter.max()) - c0 + 1
+    table = np.bincount((bucket - b0) * width + (counter - c0), weights=totals, minlength=rows * width)
+    _table_percentiles(at, b0, c0, table.reshape(rows, width))
+
+
+def _table_percentiles(at: dict[int, Ints], b0: int, c0: int, table: NDArray[Any]) -> None:
+    """The percentiles of each interval from ``b0`` on whose counts (by counter from ``c0``) are
+    a row of ``table`` (an interval without samples is left as it was)."""
+    running = np.cumsum(table, axis=1)  # (float sums of counts: exact below 2**53)
+    total = running[:, -1].astype(np.int64)
+    has = np.flatnonzero(total)
+    running = running[has]
+    for p, out in at.items():
+        target = np.maximum(np.floor(min(p, 100.0) * total[has] / 100 + 0.5).astype(np.int64), 1)
+        first = (running < target[:, None]).sum(axis=1)  # the first counter whose running count reaches it
+        out[b0 + has] = _highest()[c0 + first]
 
 
 def percentiles(sp: IntervalCounts, nb: int, ps: tuple[int, ...]) -> dict[int, Ints]:

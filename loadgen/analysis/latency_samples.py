@@ -18,10 +18,32 @@ from numpy.typing import NDArray
 from loadgen.analysis.chunk_walk import itl_icl, itl_icl_blocks
 from loadgen.analysis.columns import Cols, Floats, Mask, Tokens
 from loadgen.analysis.latencies import Latencies
-from loadgen.analysis.selection import FirstPass, first_passes, order_statistics
+from loadgen.analysis.selection import describe_many_at, first_passes, order_statistics
+from loadgen.analysis.stats import Dist
+from loadgen.analysis.value_buckets import FirstPass
 from loadgen.analysis.window import Window
 
-__all__ = ["LatencySamples", "latency_samples", "itl_icl_walk", "itl_icl_first"]
+__all__ = [
+    "CDF_STEPS",
+    "LatencySamples",
+    "cdf_ranks",
+    "latency_samples",
+    "itl_icl_walk",
+    "itl_icl_first",
+    "itl_icl_dists",
+]
+
+CDF_STEPS = 400  # the steps of a drawn CDF at most (``cdf_ranks``)
+
+
+def cdf_ranks(n: int) -> NDArray[np.int64]:
+    """The 0-based ranks of the at most ``CDF_STEPS`` steps drawn of ``n`` sorted values: every one
+    up to ``CDF_STEPS``, else quantiles on a fixed grid, the upper tail finer."""
+    if n <= CDF_STEPS:
+        return np.arange(n, dtype=np.int64)
+    q = np.unique(np.concatenate([np.linspace(0, 1, CDF_STEPS - 20), 1 - np.logspace(-4, -1, 20)]))
+    ranks: NDArray[np.int64] = np.clip(np.ceil(q * n).astype(np.int64) - 1, 0, n - 1)
+    return ranks
 
 
 class LatencySamples(Mapping[str, Floats]):
@@ -65,6 +87,9 @@ class LatencySamples(Mapping[str, Floats]):
             return np.asarray(x[np.isfinite(x) & (x > 0)][np.asarray(ranks, dtype=np.int64)], dtype=np.float64)
         first = itl_icl_first(self._c, self._window)[0]  # the summary's first pass: ITL has no NaN nor inf
         at = np.asarray(ranks, dtype=np.int64) + first.not_positive  # the positive samples come last
+        found: dict[int, float] = self._c.memo.get(("itl_cdf", self._window), {})  # (``itl_icl_dists``)
+        if all(r in found for r in at.tolist()):
+            return np.array([found[r] for r in at.tolist()], dtype=np.float64)
         return order_statistics(self._itl, at, first)
 
     def _itl(self) -> Iterator[tuple[Floats, Tokens]]:
@@ -98,4 +123,23 @@ def itl_icl_walk(c: Cols, rows: Mask) -> Callable[[], Iterator[tuple[tuple[Float
 def itl_icl_first(c: Cols, w: Window) -> list[FirstPass]:
     """ITL's and ICL's first pass over the window's chunks, once per table and window: the
     summary's Dists and a CDF's steps (``LatencySamples``) both start from it."""
-    return c.once(("itl_icl_first", w), lambda: first_passes(itl_icl_walk(c, w.contains(c.t_sched)), 2))
+    # (ITL's fine buckets counted too: its CDF wants 400 ranks of it, ICL only its percentiles')
+    walk = itl_icl_walk(c, w.contains(c.t_sched))
+    return c.once(("itl_icl_first", w), lambda: first_passes(walk, 2, finely=(True, False)))
+
+
+def itl_icl_dists(c: Cols, w: Window) -> tuple[Dist, Dist]:
+    """ITL's (g/k, k samples each) and ICL's Dists over the requests scheduled in ``w``, and in the
+    same passes over the chunks the steps of ITL's CDF (``cdf_ranks`` of its positive samples,
+    which ``LatencySamples.positive_at`` then finds computed), once per table and window."""
+
+    def compute() -> tuple[Dist, Dist]:
+        firsts = itl_icl_first(c, w)
+        n_pos = firsts[0].n - firsts[0].not_positive
+        steps = (cdf_ranks(n_pos) + firsts[0].not_positive).tolist()  # the positive samples come last
+        walk = itl_icl_walk(c, w.contains(c.t_sched))
+        (itl, icl), (at, _) = describe_many_at(walk, 2, [steps, []], firsts=firsts)
+        c.memo[("itl_cdf", w)] = at
+        return itl, icl
+
+    return c.once(("itl_icl_dists", w), compute)

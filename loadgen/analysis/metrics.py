@@ -30,9 +30,8 @@ from numpy.typing import NDArray
 
 from loadgen.analysis.columns import Cols, Floats, Mask
 from loadgen.analysis.latencies import Latencies
-from loadgen.analysis.latency_samples import itl_icl_first, itl_icl_walk
+from loadgen.analysis.latency_samples import itl_icl_dists
 from loadgen.analysis.outcomes import error_fields, status_counts, token_count_fields, value_counts
-from loadgen.analysis.selection import describe_many
 from loadgen.analysis.stats import PERCENTILES, Dist, describe, json_number
 from loadgen.analysis.tokens import token_fields
 from loadgen.analysis.window import MetricsError, Window, choose_window
@@ -225,8 +224,7 @@ def _latency_fields(c: Cols, lat: Latencies, w: Window) -> dict[str, Any]:
     inwin = w.contains(c.t_sched)
     tp = lat.tpot[inwin]
     tp = tp[~np.isnan(tp)]
-    # ITL (g/k, k samples each) and ICL from the same walks of the chunks (selection.describe_many)
-    itl, icl = describe_many(itl_icl_walk(c, inwin), 2, firsts=itl_icl_first(c, w))
+    itl, icl = itl_icl_dists(c, w)  # from the same walks of the chunks, with the steps of ITL's CDF
     return dict(
         schedule_lag=_dist(lat.lag, lat.lag_c, inwin),
         ttft=_dist(lat.ttft, lat.ttft_c, inwin),

@@ -157,9 +157,10 @@ def buffered_rows(c: Cols, rows: Mask) -> Mask:
     late_tok = np.zeros(c.n)
     threshold = BUFFERED_SHARE * span_all
     for b in chunk_blocks(c, size=_LATE_BLOCK):
-        row = b.row0 + b.owner
-        late = (b.ns - sent[row]) >= threshold[row]
-        late_tok[b.row0 : b.row0 + b.owner[-1] + 1] = np.bincount(b.owner, weights=np.where(late, b.tok, 0))
+        at = slice(b.row0, b.row0 + b.lens.size)
+        late = (b.ns - np.repeat(sent[at], b.lens)) >= np.repeat(threshold[at], b.lens)
+        (has,) = np.nonzero(b.lens)  # each request's late tokens, summed
+        late_tok[b.row0 + has] = np.add.reduceat(np.where(late, b.tok, 0), (np.cumsum(b.lens) - b.lens)[has])
     rows &= late_tok >= BUFFERED_SHARE * total_all
     for b in chunk_blocks(c, rows):
         owner, ns, tok = b.owner, b.ns, b.tok

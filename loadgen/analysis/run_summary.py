@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from loadgen.analysis.annotate import annotate_run
+from loadgen.analysis.annotate import start_annotate_run
 from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
 from loadgen.analysis.pipeline import PipelineFigures, pipeline_figures, pipeline_view
 from loadgen.analysis.pooled import PooledFigures, pooled_figures
@@ -102,31 +102,39 @@ def summarize_run(
     cool = settings.get("cooldown_s", 0.0) if cooldown_s is None else cooldown_s
     limit = settings.get("lag_limit_ms", 10.0) if lag_limit_ms is None else lag_limit_ms
     window = choose_window(table, warmup_s=warm, cooldown_s=cool)
-    summary = summarize(table, window, slo)
-    sessions = session_summary(table, window)
-    caveats = single_run_caveats(meta, summary, limit, table)
-    tools = tool_use(table, window)
-    pooled = None
-    if (meta.get("settings") or {}).get("api") in POOLED_APIS:  # (a filtered copy of the table: only for these)
-        in_window = table.filter(pa.array(window.contains(table.column("t_sched").to_numpy(zero_copy_only=False))))
-        pooled = pooled_figures(in_window)
-    pipeline = pipeline_figures(records, window)
-    if write:
-        doc = {
-            "schema_version": SUMMARY_SCHEMA_VERSION,
-            "run_id": meta.get("run_id"),
-            "endpoint": meta.get("endpoint"),
-            "model": meta.get("model"),
-            "validity": validity_json(caveats),
-            "summary": summary_to_json(summary),
-            "sessions": sessions.to_json(),
-            "tool_use": tools.to_json() if tools is not None else None,
-            "pooled": pooled,
-            "pipeline": pipeline,
-            "timeseries": timeseries(table),
-        }
-        write_json(Path(run_dir) / "summary.json", doc)
-        annotate_run(Path(run_dir), window, table=records)  # in_window and the figures' own columns
+    # in_window and the figures' own columns, written into records.parquet while the figures are computed
+    written = start_annotate_run(Path(run_dir), window, table=records) if write else None
+    try:
+        summary = summarize(table, window, slo)
+        sessions = session_summary(table, window)
+        caveats = single_run_caveats(meta, summary, limit, table)
+        tools = tool_use(table, window)
+        pooled = None
+        if (meta.get("settings") or {}).get("api") in POOLED_APIS:  # (a filtered copy of the table: only for these)
+            in_window = table.filter(pa.array(window.contains(table.column("t_sched").to_numpy(zero_copy_only=False))))
+            pooled = pooled_figures(in_window)
+        pipeline = pipeline_figures(records, window)
+        if write:
+            doc = {
+                "schema_version": SUMMARY_SCHEMA_VERSION,
+                "run_id": meta.get("run_id"),
+                "endpoint": meta.get("endpoint"),
+                "model": meta.get("model"),
+                "validity": validity_json(caveats),
+                "summary": summary_to_json(summary),
+                "sessions": sessions.to_json(),
+                "tool_use": tools.to_json() if tools is not None else None,
+                "pooled": pooled,
+                "pipeline": pipeline,
+                "timeseries": timeseries(table),
+            }
+            write_json(Path(run_dir) / "summary.json", doc)
+    except BaseException:
+        if written is not None:
+            written.exception()  # the rewrite finished (its own error, if any, second to this one)
+        raise
+    if written is not None:
+        written.result()
     return RunReport(
         Path(run_dir),
         meta,

@@ -3,9 +3,9 @@
 A run of a million requests has a hundred million inter-token gaps; their percentiles (and
 the order-statistic intervals of ``stats``) are a few order statistics, found here without
 holding, expanding or sorting the sample, in two passes over its blocks: the first counts the
-samples per narrow value bucket (the top 20 bits of each float's order-preserving bits, 2**-8
-of a value wide) and sums count, mean and squared deviations (Chan's combination); the second
-gathers only the few buckets that hold the wanted ranks and selects each rank there
+samples per narrow value bucket (``value_buckets.FirstPass``: the top bits of each float's
+order-preserving bits) and sums count, mean and squared deviations (Chan's combination); the
+second gathers only the few buckets that hold the wanted ranks and selects each rank there
 (``np.partition``). A block is (values, weights): weight k stands for k samples of the value
 (ITL: a chunk of k tokens is k samples of g/k), None for one each.
 """
@@ -21,8 +21,17 @@ from numpy.typing import NDArray
 
 from loadgen.analysis.distributions import t_ppf
 from loadgen.analysis.stats import PERCENTILES, Dist, Floats, ci_ranks, describe, dist_from_ranks, pct_key
+from loadgen.analysis.value_buckets import FINE_SHIFT, KEY_SHIFT, KEYS, FirstPass, clean_weighted, ordered, value_of
 
-__all__ = ["Blocks", "FirstPass", "describe_blocks", "describe_many", "first_passes", "order_statistics", "sample_size"]
+__all__ = [
+    "Blocks",
+    "describe_blocks",
+    "describe_many",
+    "describe_many_at",
+    "first_passes",
+    "order_statistics",
+    "sample_size",
+]
 
 _INF = float("inf")
 
@@ -30,33 +39,8 @@ _INF = float("inf")
 Blocks: TypeAlias = Callable[[], Iterable[tuple[Floats, NDArray[np.integer[Any]] | None]]]
 
 
-_KEY_SHIFT = 44  # value buckets of describe_blocks: the top 20 bits of a float's ordered bits
-_KEYS = 1 << (64 - _KEY_SHIFT)
 _STEP = 12  # bits a refining pass adds to a bucket's key (4,096 sub-buckets each)
 _REFINE = 1024  # buckets refined in one pass at most (their sub-bucket counts: 4 Mi)
-_SIGNLESS = np.int64(0x7FFFFFFFFFFFFFFF)
-
-
-def _ordered(v: Floats) -> NDArray[np.int64]:
-    """Per value, its float's bits made order-preserving as an int64 (a negative value's bits
-    count down: flipped); the transform is its own inverse."""
-    i = v.view(np.int64)
-    if i.size and i.min() < 0:  # a negative value (a chunk out of order)
-        i = np.where(i < 0, i ^ _SIGNLESS, i)
-    return i
-
-
-def _bucket_keys(v: Floats) -> NDArray[np.int64]:
-    """Per value, its bucket: the top 20 of its ordered bits (2**-8 of a value wide), shifted to 0.."""
-    out: NDArray[np.int64] = (_ordered(v) >> _KEY_SHIFT) + (_KEYS // 2)
-    return out
-
-
-def _value_of(key: int) -> float:
-    """The float whose ordered bits are ``key`` (a bucket at shift 0 holds that one value)."""
-    bits = np.array([key], dtype=np.int64)
-    bits = np.where(bits < 0, bits ^ _SIGNLESS, bits)
-    return float(bits.view(np.float64)[0])
 
 
 def _weights(v: Floats, w: NDArray[np.integer[Any]] | None) -> NDArray[np.int64]:
@@ -83,36 +67,56 @@ def describe_many(
     sequence of ``count`` (values, weights), one per sample (two passes over the blocks in all,
     more only where many samples share a narrow bucket). ``firsts``: ``first_passes`` of these
     very blocks, taken before (a figure that needs the same sample again shares them)."""
+    return describe_many_at(blocks, count, [[] for _ in range(count)], confidence, percentiles, firsts)[0]
+
+
+def describe_many_at(
+    blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]],
+    count: int,
+    ranks: Sequence[Sequence[int]],
+    confidence: float = 0.95,
+    percentiles: tuple[float, ...] = PERCENTILES,
+    firsts: list[FirstPass] | None = None,
+) -> tuple[list[Dist], list[dict[int, float]]]:
+    """``describe_many``, and per sample the values at its 0-based ``ranks`` (as
+    ``order_statistics`` gives them), found in the same passes over the blocks."""
     firsts = firsts if firsts is not None else first_passes(blocks, count)
-    ranks = [{pct_key(p): ci_ranks(a.n, p, confidence) for p in percentiles} if a.n else {} for a in firsts]
+    for a, more in zip(firsts, ranks, strict=True):
+        if more and not (0 <= min(more) and max(more) < a.n):
+            raise IndexError(f"ranks {min(more)}..{max(more)} outside a sample of {a.n}")
+    cis = [{pct_key(p): ci_ranks(a.n, p, confidence) for p in percentiles} if a.n else {} for a in firsts]
     wanted = [
-        sorted({r for rs in rk.values() for r in rs if 0 < r < a.n - 1}) for a, rk in zip(firsts, ranks, strict=True)
+        sorted({r for rs in rk.values() for r in rs if 0 < r < a.n - 1} | {r for r in more if 0 < r < a.n - 1})
+        for a, rk, more in zip(firsts, cis, ranks, strict=True)
     ]
     at = _order_statistics(blocks, firsts, wanted)
     out = []
-    for a, rk, got in zip(firsts, ranks, at, strict=True):
+    for a, rk, got in zip(firsts, cis, at, strict=True):
         if a.n == 0:
             out.append(describe([], confidence, percentiles))
             continue
         got |= {0: a.lo, a.n - 1: a.hi}
         out.append(dist_from_ranks(a.n, _mean_ci(a.n, a.mean, a.m2, confidence), rk, got, confidence))
-    return out
+    return out, [{r: got[r] for r in more} for got, more in zip(at, ranks, strict=True)]
 
 
 def first_passes(
-    blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]], count: int
+    blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]],
+    count: int,
+    finely: Sequence[bool] | None = None,
 ) -> list[FirstPass]:
-    """The first pass of ``describe_many`` over ``count`` samples fed together (one walk)."""
-    firsts = [FirstPass() for _ in range(count)]
+    """The first pass of ``describe_many`` over ``count`` samples fed together (one walk);
+    ``finely``: per sample, whether to count its fine buckets too (``FirstPass``: for many ranks)."""
+    firsts = [FirstPass(f) for f in (finely if finely is not None else [True] * count)]
     for block in blocks():
         for acc, (v, w) in zip(firsts, block, strict=True):
-            acc.add(*_clean_weighted(v, w))
+            acc.add(*clean_weighted(v, w))
     return firsts
 
 
 def sample_size(blocks: Blocks) -> int:
     """How many samples the weighted sample ``blocks()`` holds (NaNs and weights <= 0 left out)."""
-    return sum(_size(*_clean_weighted(v, w)) for v, w in blocks())
+    return sum(_size(*clean_weighted(v, w)[:2]) for v, w in blocks())
 
 
 def _size(v: Floats, k: NDArray[np.integer[Any]] | None) -> int:
@@ -137,49 +141,6 @@ def order_statistics(
     return np.array([at[int(r)] for r in ranks], dtype=np.float64)
 
 
-def _clean_weighted(v: Floats, w: NDArray[np.integer[Any]] | None) -> tuple[Floats, NDArray[np.integer[Any]] | None]:
-    """The (value, weight) pairs that are samples: no NaN, weight > 0 (None: each weighs 1)."""
-    k = None if w is None else np.asarray(w)
-    if v.size == 0 or (not math.isnan(v.min()) and (k is None or k.min() > 0)):  # (min is NaN if any is)
-        return v, k
-    keep = ~np.isnan(v) if k is None else ~np.isnan(v) & (k > 0)
-    return v[keep], (None if k is None else k[keep])
-
-
-class FirstPass:
-    """Counts per value bucket, and the count, mean, squared deviations, extremes and samples
-    <= 0 (``not_positive``), of a weighted sample fed block by block."""
-
-    def __init__(self) -> None:
-        self.counts = np.zeros(_KEYS, dtype=np.int64)
-        self.n, self.mean, self.m2, self.lo, self.hi = 0, 0.0, 0.0, _INF, -_INF
-        self.not_positive = 0
-
-    def add(self, v: Floats, k: NDArray[np.integer[Any]] | None) -> None:
-        if v.size == 0:
-            return
-        if k is None:
-            self.counts += np.bincount(_bucket_keys(v), minlength=_KEYS)
-            bn = v.size
-            bmean = float(v.sum() / bn)
-            bm2 = float(np.square(v - bmean).sum())
-        else:
-            kf = k.astype(np.float64)  # (each product below casts to it anyway: once here)
-            self.counts += np.bincount(_bucket_keys(v), weights=kf, minlength=_KEYS).astype(np.int64)
-            bn = int(k.sum())
-            bmean = float(np.dot(v, kf) / bn)
-            bm2 = float(np.dot(kf, (v - bmean) ** 2))
-        total = self.n + bn
-        delta = bmean - self.mean
-        self.mean += delta * bn / total
-        self.m2 += bm2 + delta * delta * self.n * bn / total
-        self.n = total
-        self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
-        if self.lo <= 0:
-            low = v <= 0
-            self.not_positive += int(low.sum()) if k is None else int(k[low].sum())
-
-
 _GATHER = 1 << 20  # samples gathered in one pass at most (beyond: their buckets refined first)
 
 
@@ -200,34 +161,35 @@ def _order_statistics(
     wanted: list[list[int]],
 ) -> list[dict[int, float]]:
     """Per sample, the values at its 0-based ranks ``wanted``, from its counts per bucket
-    (``_bucket_keys``). Each further pass over the blocks either gathers the samples of the
-    buckets that hold the ranks, when they are few (``_GATHER`` at most), and selects each rank
-    there (``np.partition``), or counts those buckets' samples by 12 more bits (``_STEP``), so
-    the next pass looks into narrower buckets; a bucket 0 bits wide is one value. A CDF's 400
-    ranks of a hundred million samples take two passes after the first, never a gather of the
-    whole sample."""
+    (``FirstPass``: a rank whose bucket was counted finely starts in its fine bucket). Each
+    further pass over the blocks either gathers the samples of the buckets that hold the ranks,
+    when they are few (``_GATHER`` at most), and selects each rank there (``np.partition``), or
+    counts those buckets' samples by 12 more bits (``_STEP``), so the next pass looks into
+    narrower buckets; a bucket 0 bits wide is one value. A CDF's 400 ranks of a hundred million
+    samples take one pass after the first where their buckets were counted finely, two where
+    not, never a gather of the whole sample."""
     out: list[dict[int, float]] = [{} for _ in firsts]
     todo = {i: _first_targets(a, want) for i, (a, want) in enumerate(zip(firsts, wanted, strict=True)) if want}
     while todo:
-        jobs: dict[int, _Job] = {}
+        jobs: dict[tuple[int, int], _Job] = {}  # by (sample, shift): a sample's targets may lie at several
         for i, targets in list(todo.items()):
             exact = [t for t in targets if t.shift == 0]  # a bucket of one value: no pass needed
-            out[i] |= {t.rank: _value_of(t.key) for t in exact}
+            out[i] |= {t.rank: value_of(t.key) for t in exact}
             targets = [t for t in targets if t.shift > 0]
             if not targets:
                 del todo[i]
                 continue
             todo[i] = targets
-            shift = max(t.shift for t in targets)
-            sizes = {t.key: t.size for t in targets if t.shift == shift}
-            keys = sorted(sizes)
-            gather = sum(sizes.values()) <= _GATHER
-            jobs[i] = _Job(shift, np.asarray(keys if gather else keys[:_REFINE], dtype=np.int64), gather)
+            for shift in sorted({t.shift for t in targets}, reverse=True):
+                sizes = {t.key: t.size for t in targets if t.shift == shift}
+                keys = sorted(sizes)
+                gather = sum(sizes.values()) <= _GATHER
+                jobs[i, shift] = _Job(shift, np.asarray(keys if gather else keys[:_REFINE], dtype=np.int64), gather)
         if not jobs:
             break
         found = _one_pass(blocks, jobs)
-        for i, job in jobs.items():
-            todo[i] = _next_targets(todo[i], job, found[i], out[i])
+        for (i, shift), job in jobs.items():
+            todo[i] = _next_targets(todo[i], job, found[i, shift], out[i])
     return out
 
 
@@ -243,23 +205,32 @@ def _first_targets(a: FirstPass, want: list[int]) -> list[_Target]:
     ends = np.cumsum(a.counts)
     where = np.searchsorted(ends, np.asarray(want, dtype=np.int64), side="right").tolist()
     counts = a.counts.tolist()
-    return [
-        _Target(r, _KEY_SHIFT, b - _KEYS // 2, r - int(ends[b] - counts[b]), counts[b])
-        for r, b in zip(want, where, strict=True)
-    ]
+    out = []
+    for r, b in zip(want, where, strict=True):
+        key, within = b - KEYS // 2, r - int(ends[b] - counts[b])
+        fine = a.fine_counts(key)
+        if fine is None:
+            out.append(_Target(r, KEY_SHIFT, key, within, counts[b]))
+            continue
+        cum = np.cumsum(fine)
+        c = int(np.searchsorted(cum, within, side="right"))
+        bits = KEY_SHIFT - FINE_SHIFT
+        out.append(_Target(r, FINE_SHIFT, key << bits | c, within - int(cum[c] - fine[c]), int(fine[c])))
+    return out
 
 
 def _slots(o: NDArray[np.int64], job: _Job, maps: tuple[Any, Any]) -> tuple[NDArray[np.int64], Any]:
     """(each sample's place among the job's buckets, which samples: those in one of them)."""
     local, fine = maps
-    at = local[(o >> _KEY_SHIFT) + (_KEYS // 2)]  # the first-pass bucket's place, -1: none wanted
-    if job.shift == _KEY_SHIFT:
+    at = local[(o >> KEY_SHIFT) + (KEYS // 2)]  # the first-pass bucket's place, -1: none wanted
+    if job.shift == KEY_SHIFT:
         sel = at >= 0
         return at[sel].astype(np.int64), sel
     pre = np.flatnonzero(at >= 0)
-    if fine is not None:  # one step below the first pass: a table per first-pass bucket
-        sub = (o[pre] >> job.shift) & ((1 << _STEP) - 1)
-        place = fine[at[pre].astype(np.int64) << _STEP | sub]
+    if fine is not None:  # at most a step below the first pass: a table per first-pass bucket
+        bits = KEY_SHIFT - job.shift
+        sub = (o[pre] >> job.shift) & ((1 << bits) - 1)
+        place = fine[at[pre].astype(np.int64) << bits | sub]
         hit = place >= 0
         return place[hit].astype(np.int64), pre[hit]
     key = o[pre] >> job.shift
@@ -270,15 +241,16 @@ def _slots(o: NDArray[np.int64], job: _Job, maps: tuple[Any, Any]) -> tuple[NDAr
 
 def _maps(job: _Job) -> tuple[Any, Any]:
     """(first-pass bucket -> its place among those holding the job's buckets, -1 elsewhere;
-    one step below: (that place, sub-bucket) -> the job's bucket's place, else None)."""
-    coarse = job.keys >> (_KEY_SHIFT - job.shift)
+    at most a step below: (that place, sub-bucket) -> the job's bucket's place, else None)."""
+    bits = KEY_SHIFT - job.shift
+    coarse = job.keys >> bits
     parents = np.unique(coarse)
-    local = np.full(_KEYS, -1, dtype=np.int32)
-    local[parents + _KEYS // 2] = np.arange(parents.size, dtype=np.int32)
-    if job.shift != _KEY_SHIFT - _STEP:
+    local = np.full(KEYS, -1, dtype=np.int32)
+    local[parents + KEYS // 2] = np.arange(parents.size, dtype=np.int32)
+    if not 0 < bits <= _STEP:
         return local, None
-    fine = np.full(parents.size << _STEP, -1, dtype=np.int32)
-    fine[np.searchsorted(parents, coarse) << _STEP | (job.keys & ((1 << _STEP) - 1))] = np.arange(
+    fine = np.full(parents.size << bits, -1, dtype=np.int32)
+    fine[np.searchsorted(parents, coarse) << bits | (job.keys & ((1 << bits) - 1))] = np.arange(
         job.keys.size, dtype=np.int32
     )
     return local, fine
@@ -286,27 +258,34 @@ def _maps(job: _Job) -> tuple[Any, Any]:
 
 def _one_pass(
     blocks: Callable[[], Iterable[Sequence[tuple[Floats, NDArray[np.integer[Any]] | None]]]],
-    jobs: dict[int, _Job],
-) -> dict[int, Any]:
-    """One walk of the blocks doing every job: per sample, the gathered (values, weights, bucket
-    place) pieces, or the refined counts (per bucket place, 2**bits sub-buckets)."""
-    maps = {i: _maps(job) for i, job in jobs.items()}
-    pieces: dict[int, list[tuple[Floats, NDArray[np.int64], NDArray[np.integer[Any]]]]] = {i: [] for i in jobs}
-    counts = {i: np.zeros(j.keys.size << min(_STEP, j.shift), dtype=np.int64) for i, j in jobs.items() if not j.gather}
+    jobs: dict[tuple[int, int], _Job],
+) -> dict[tuple[int, int], Any]:
+    """One walk of the blocks doing every job (by sample and shift): the gathered (values,
+    weights, bucket place) pieces, or the refined counts (per bucket place, 2**bits sub-buckets)."""
+    maps = {j: _maps(job) for j, job in jobs.items()}
+    pieces: dict[tuple[int, int], list[tuple[Floats, NDArray[np.int64], NDArray[np.integer[Any]]]]] = {
+        j: [] for j in jobs
+    }
+    counts = {
+        j: np.zeros(job.keys.size << min(_STEP, job.shift), dtype=np.int64) for j, job in jobs.items() if not job.gather
+    }
     for block in blocks():
-        for i, job in jobs.items():
-            v, k = _clean_weighted(*block[i])
-            o = _ordered(v)
-            slot, sel = _slots(o, job, maps[i])
+        samples: dict[int, tuple[Floats, NDArray[np.integer[Any]] | None, NDArray[np.int64]]] = {}
+        for j, job in jobs.items():
+            if j[0] not in samples:
+                v, k, least = clean_weighted(*block[j[0]])
+                samples[j[0]] = (v, k, ordered(v, least))
+            v, k, o = samples[j[0]]
+            slot, sel = _slots(o, job, maps[j])
             if job.gather:
                 w = k[sel] if k is not None else np.ones(slot.size, dtype=np.int64)
-                pieces[i].append((v[sel], w, slot.astype(np.int16) if job.keys.size < 1 << 15 else slot))
+                pieces[j].append((v[sel], w, slot.astype(np.int16) if job.keys.size < 1 << 15 else slot))
                 continue
             bits = min(_STEP, job.shift)
             sub = slot << bits | ((o[sel] >> (job.shift - bits)) & ((1 << bits) - 1))
-            got = np.bincount(sub, weights=None if k is None else k[sel], minlength=counts[i].size)
-            counts[i] += got.astype(np.int64) if k is not None else got
-    return {i: (pieces[i] if job.gather else counts[i]) for i, job in jobs.items()}
+            got = np.bincount(sub, weights=None if k is None else k[sel], minlength=counts[j].size)
+            counts[j] += got.astype(np.int64) if k is not None else got
+    return {j: (pieces[j] if job.gather else counts[j]) for j, job in jobs.items()}
 
 
 def _next_targets(targets: list[_Target], job: _Job, found: Any, out: dict[int, float]) -> list[_Target]:

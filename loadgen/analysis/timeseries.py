@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from loadgen.analysis.chunk_walk import chunk_blocks, every_chunk_has_tokens, gaps
 from loadgen.analysis.columns import Cols, Floats, Ints, Mask, ms
 from loadgen.analysis.interval_counts import (
+    ClosingCounter,
     IntervalCounter,
     IntervalCounts,
     IntervalPercentiles,
@@ -102,26 +103,25 @@ def _all_series(
     ttft_ms, e2e_ms = ms(first[has_first], c.t_sched[has_first]), ms(done[m], c.t_sched[m])
     tokens = [np.zeros(nb) for nb in sizes]
     itl_at = [IntervalPercentiles(nb, _PS) for nb in sizes]
-    itl = [IntervalCounter() if keep else IntervalCounter(at.feed) for at in itl_at]
+    itl = [IntervalCounter() if keep else ClosingCounter(at) for at in itl_at]
     later_first = None if keep else _later_first(c)
     every = every_chunk_has_tokens(c)
     for blk in chunk_blocks(c, size=_SERIES_BLOCK):
         if every:  # no chunk to skip: each chunk but a request's first has a gap
             later = blk.later()
-            at, k = blk.ns[1:][later], blk.tok[1:][later]
+            k = blk.tok[1:][later]
             counter = us_index(np.diff(blk.ns)[later] / 1e6 / k)
         else:
             sel = blk.tok > 0
-            ns = blk.ns[sel]
-            gap, has_prev = gaps(blk.owner[sel], ns)
+            gap, has_prev = gaps(blk.owner[sel], blk.ns[sel])
             k = blk.tok[sel][has_prev]
             counter = us_index(gap[has_prev] / 1e6 / k)
-            at = ns[has_prev]
         bound = None if later_first is None else int(later_first[blk.row0 + blk.lens.size])
         for step, nb, tok, acc in zip(steps, sizes, tokens, itl, strict=True):
-            np.add(tok, np.bincount(_bucket(blk.ns, t0, step, nb), weights=blk.tok, minlength=nb), out=tok)
+            arrived = _bucket(blk.ns, t0, step, nb)  # each chunk's interval, the gaps' among them
+            np.add(tok, np.bincount(arrived, weights=blk.tok, minlength=nb), out=tok)
             final = 0 if bound is None else nb if bound == _NONE_LATER else min(max((bound - t0) // step, 0), nb - 1)
-            acc.add(_bucket(at, t0, step, nb), counter, k, final)
+            acc.add(arrived[1:][later] if every else arrived[sel][has_prev], counter, k, final)
     out = []
     for step, nb, tok, acc, at_pct in zip(steps, sizes, tokens, itl, itl_at, strict=True):
 
@@ -137,7 +137,7 @@ def _all_series(
         }
         ttft = IntervalCounts.of(_bucket(first[has_first], t0, step, nb), ttft_ms)
         e2e = IntervalCounts.of(_bucket(done[m], t0, step, nb), e2e_ms)
-        if keep:
+        if isinstance(acc, IntervalCounter):  # (keep)
             out.append(_Series(t0, step, cols, ttft, acc.done(), e2e))
         else:
             acc.flush()

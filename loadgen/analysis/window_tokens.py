@@ -52,19 +52,39 @@ def _listed(table: pa.Table) -> int:
 
 def _walk(c: Cols, w: Window, tokens: bool) -> WindowTokens:
     edges = np.linspace(w.start_ns, w.end_ns, BATCHES + 1)
+    starts = [_first_at_or_above(float(e)) for e in edges[1:]]  # a chunk at ns is in batch #(starts <= ns)
     per = np.zeros(BATCHES)
     every = ok = 0
     for b in chunk_blocks(c, size=_BLOCK):
         inwin = w.contains(b.ns)
         tok_in = np.where(inwin, b.tok, 0)
-        every += int(tok_in.sum())
-        ok += int(tok_in[c.ok[b.row0 + b.owner]].sum())
+        got = int(tok_in.sum())
+        every += got
+        nonempty = b.lens > 0  # each such request's tokens in the window, summed
+        sums = np.add.reduceat(tok_in, (np.cumsum(b.lens) - b.lens)[nonempty])
+        ok += int(sums[c.ok[b.row0 : b.row0 + b.lens.size][nonempty]].sum())
+        lo, hi = int(b.ns.min()), int(b.ns.max())
+        batch = sum(lo >= s for s in starts)
+        if batch == sum(hi >= s for s in starts):  # the block's chunks all in one batch (or past the last)
+            if batch < BATCHES:
+                per[batch] += got if tokens else int(inwin.sum())
+            continue
         # np.histogram's bins: edges[i] <= ns < edges[i + 1] (as floats); ns < end_ns leaves out the last edge
         at = np.searchsorted(edges, b.ns[inwin].astype(np.float64), side="right") - 1
         keep = (at >= 0) & (at < BATCHES)
         weights = b.tok[inwin][keep].astype(np.float64) if tokens else None
         per += np.bincount(at[keep], weights=weights, minlength=BATCHES)
     return WindowTokens(every, ok, per)
+
+
+def _first_at_or_above(edge: float) -> int:
+    """The least integer ns whose float is >= ``edge`` (a batch's edge: ns is at or past it)."""
+    n = math.ceil(edge)
+    while float(n - 1) >= edge:
+        n -= 1
+    while float(n) < edge:
+        n += 1
+    return n
 
 
 def throughput_ci(table: pa.Table, w: Window, confidence: float = 0.95) -> tuple[float, float]:

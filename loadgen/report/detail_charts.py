@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from loadgen.analysis.latency_samples import cdf_ranks
 from loadgen.report.chart_style import (
     COLORS,
     apart,
@@ -37,25 +38,16 @@ _MAX_LINE_POINTS = 400
 CdfSteps = tuple[int, Callable[[np.ndarray], np.ndarray]]
 
 
-def _ecdf_ranks(n: int) -> np.ndarray:
-    """The 0-based ranks of the at most _MAX_LINE_POINTS steps drawn of n sorted values."""
-    if n <= _MAX_LINE_POINTS:
-        return np.arange(n)
-    q = np.unique(np.concatenate([np.linspace(0, 1, _MAX_LINE_POINTS - 20), 1 - np.logspace(-4, -1, 20)]))
-    ranks: np.ndarray = np.clip(np.ceil(q * n).astype(int) - 1, 0, n - 1)
-    return ranks
-
-
 def _ecdf(values: np.ndarray | CdfSteps) -> tuple[np.ndarray, np.ndarray, int]:
-    """At most _MAX_LINE_POINTS steps of the empirical CDF of the finite values > 0 (quantiles on a
+    """At most ``CDF_STEPS`` steps of the empirical CDF of the finite values > 0 (quantiles on a
     fixed grid), and how many values there are."""
     if isinstance(values, tuple):
         n, at = values
-        idx = _ecdf_ranks(n)
+        idx = cdf_ranks(n)
         return (at(idx) if n else np.zeros(0)), (idx + 1) / max(n, 1), n
     v = np.asarray(values, dtype=float)
     v = np.sort(v[np.isfinite(v) & (v > 0)])
-    idx = _ecdf_ranks(v.size)
+    idx = cdf_ranks(v.size)
     return v[idx], (idx + 1) / max(v.size, 1), v.size
 
 
