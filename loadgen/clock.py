@@ -7,8 +7,8 @@ in C on libuv; on the 2-core development VM a bare per-read callback costs 14 us
 under uvloop against 21 us under asyncio's selector loop
 (benchmarks/client_capacity.py has the figures in context). ``LOADGEN_LOOP=asyncio``
 (or ``uvloop``) forces the choice, for comparing the two or when a platform's uvloop
-misbehaves; run.json records which loop a run used. ``quiet_gc`` keeps the garbage
-collector's pauses out of a run.
+misbehaves; run.json records which loop a run used. (The garbage collector's settings
+for a run are client.gc_pauses'.)
 
 Waiting for an absolute instant on the perf_counter clock, to well under 1 ms:
 asyncio's timers (and uvloop's, which have the same millisecond resolution) wake up
@@ -23,14 +23,12 @@ the simulator's engine loop): a thousand spinning tasks would burn a core.
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import os
 import selectors
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from loadgen.errors import ConfigError
@@ -40,7 +38,6 @@ __all__ = [
     "LoopError",
     "loop_name",
     "new_loop",
-    "quiet_gc",
     "run",
     "SPIN_NS",
     "SpinMeter",
@@ -110,40 +107,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         finally:
             asyncio.set_event_loop(None)
             loop.close()
-
-
-# Measured on the 2-core VM at 300 streams: the default (700, 10, 10) ran a full collection
-# (66-70 ms, the whole heap) mid-run; (20000, 10, 10) gave 15-38 ms young collections;
-# these give pauses under 5 ms and no full collection for ~40M allocations.
-_RUN_GC_THRESHOLDS = (2000, 20, 1000)
-_GC_HOLDERS: list[tuple[int, int, int]] = []  # runs going on in this process; the first one's thresholds
-
-
-@contextmanager
-def quiet_gc() -> Iterator[None]:
-    """Keep the cyclic garbage collector from pausing the loop mid-run.
-
-    Everything alive at the start (imports, the workload, sessions built so far) is
-    frozen out of collection, and the older generations are collected far less often:
-    a full collection walks every live object (records and streams in flight
-    included) and stalled the loop for tens of milliseconds, which shows up as
-    schedule lag. Young cycles are still collected every 2,000 allocations; the
-    settings are put back when the last run in the process ends.
-    """
-    if not _GC_HOLDERS:
-        gc.freeze()
-        old = gc.get_threshold()
-        gc.set_threshold(*_RUN_GC_THRESHOLDS)
-    else:
-        old = _GC_HOLDERS[0]
-    _GC_HOLDERS.append(old)
-    try:
-        yield
-    finally:
-        _GC_HOLDERS.pop()
-        if not _GC_HOLDERS:
-            gc.set_threshold(*old)
-            gc.unfreeze()
 
 
 # Below this much time left, yield instead of arming a timer. A timer armed for

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from numbers import Integral
+from operator import attrgetter
 
 import pyarrow as pa
 
@@ -75,6 +76,7 @@ class RowFitter:
     ) -> None:
         self.schema = schema
         self.names = list(schema.names)
+        self._values = attrgetter(*self.names)  # an object's columns in one call (fit_object, per record)
         self._error = self.names.index(error_column)
         plan = [(i, *_column_plan(f, long_text)) for i, f in enumerate(schema) if i != self._error]
         self._ints = [(i, lo, hi) for i, kind, lo, hi in plan if kind == _INT]
@@ -92,7 +94,7 @@ class RowFitter:
         """``obj``'s attributes named as the columns, as a fitted row. Never raises: an object whose
         attributes cannot be read or fitted becomes a degraded row (failing even that, the error alone)."""
         try:
-            return self.fit([getattr(obj, name) for name in self.names])
+            return self.fit(self._values(obj))
         except Exception as e:  # a writer must not take the run down
             try:
                 return self.degraded_row([_attr(obj, name) for name in self.names], e)

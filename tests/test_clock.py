@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 
 import pytest
 
@@ -34,17 +33,6 @@ def test_an_unknown_loop_name_is_an_error_that_says_what_to_use(monkeypatch: pyt
     with pytest.raises(clock.LoopError, match="'uvloop', 'asyncio'") as e:
         clock.loop_name()
     assert isinstance(e.value, LoadgenError)  # so the command line prints it as one line, exit code 2
-
-
-def test_gc_settings_come_back_after_nested_runs() -> None:
-    before = gc.get_threshold()
-    with clock.quiet_gc():
-        assert gc.get_threshold() == clock._RUN_GC_THRESHOLDS
-        with clock.quiet_gc():
-            assert gc.get_threshold() == clock._RUN_GC_THRESHOLDS
-        assert gc.get_threshold() == clock._RUN_GC_THRESHOLDS  # the outer run is still going
-    assert gc.get_threshold() == before
-    assert gc.get_freeze_count() == 0
 
 
 def test_on_virtual_time_a_sleep_jumps_to_its_timer() -> None:

@@ -91,6 +91,22 @@ def test_a_request_due_during_a_burst_of_reads_is_sent_from_the_read_after_its_i
     assert wire.written(0).t + 100 * MS > wire.written(2).t  # the burst was still going on then
 
 
+def test_on_a_busy_loop_every_session_due_is_started_in_the_same_turn(tmp_path: Path) -> None:
+    """Every turn of the loop here lasts 5 ms (one stream's reads keep it busy from 50 to 800 ms),
+    and 100 sessions fall due 0.5 ms apart from 200 ms: started one or two a turn, the last ones
+    would be prepared after their instants (by 360 ms for 250); started together, each is
+    prepared a lead ahead and written within a turn of its instant."""
+    busy = Answer(head_ms=50.0, reads=[*(Read(0.001, sse(i), busy_ms=5.0) for i in range(150)), Read(0.0, tail(150))])
+
+    def answer(ex: Exchange) -> Answer:
+        return busy if ex.seq == 0 else Answer.tokens(1)
+
+    rec, wire, _ = run(tmp_path, lambda c: FakeTransport(c, answer), plan([0, *(200.0 + k / 2 for k in range(100))]))
+    assert set(rec["status"]) == {"ok"} and len(wire.wrote) == 101
+    late_ms = [(w.t - w.at) / MS for w in wire.wrote]
+    assert 0 <= min(late_ms) and max(late_ms) <= 5.0 + 0.1, max(late_ms)
+
+
 def test_a_stop_gives_requests_in_flight_the_grace_and_sends_nothing_new(tmp_path: Path) -> None:
     short, long = Answer.tokens(5, itl_ms=100.0), Answer.tokens(20, itl_ms=100.0)
 

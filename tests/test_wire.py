@@ -21,7 +21,7 @@ from loadgen.client import aiohttp_transport
 from loadgen.client import engine as engine_module
 from loadgen.client._aiohttp_fit import fast_path
 from loadgen.client.config import EngineConfig, Plan
-from loadgen.client.engine import LEAD_NS, Engine
+from loadgen.client.engine import Engine
 from loadgen.client.holds import HoldQueue
 from loadgen.client.point import run_engine
 from loadgen.client.settings import RunSettings
@@ -166,13 +166,13 @@ def test_each_read_is_stamped_when_it_arrives(tmp_path: Path) -> None:
 def test_t_sent_is_when_the_request_was_written(tmp_path: Path, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests are prepared a lead before their instant; none is written before it, and t_sent
     is the write: had it been taken at preparation, the server would see each request a lead
-    after it, so half a lead separates the two. The lead is stretched from 25 ms to 250 ms here,
-    so that half of it stands above a loaded box's loop lag (14 ms seen at load average 4). Only
+    after it, so half a lead separates the two. The lead is 250 ms here, so that half of it
+    stands above a loaded box's loop lag (14 ms seen at load average 4). Only
     the fast path prepares early and holds: the plain path stamps t_sent as it posts, and what
     follows is aiohttp's own time, which a loaded box stretches past any bound."""
     if path == "plain":
         pytest.skip("the plain path holds nothing: t_sent is its post")
-    lead_ns = 10 * LEAD_NS
+    lead_ns = 250_000_000
     monkeypatch.setattr(engine_module, "LEAD_NS", lead_ns)
     wl = SyntheticChat(input_tokens=4, output_tokens=3)
     offs = (np.arange(20) * 5e6).astype(np.int64)

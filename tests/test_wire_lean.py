@@ -1,5 +1,6 @@
 """The lean wire (client/wire) over real loopback: TLS with the run's options, the proxy fallback,
-a cancelled exchange releasing its connection, the pool's limit, and no resend on a fresh connection.
+a cancelled exchange releasing its connection, the pool's limit, the connect timeout, and no resend
+on a fresh connection.
 
 (Both transports' shared behaviours, stamping, holding, the stale keep-alive resend, a bad event,
 are in test_wire.py; the hostile endpoints in test_engine_hostile.py and test_hostile_endpoints.py;
@@ -9,9 +10,10 @@ the parser on byte literals in test_wire_parser.py.)
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from loadgen.client.holds import HoldQueue
 from loadgen.client.transport import Exchange, Held, WireError
 from loadgen.client.wire.choice import transport_for
 from loadgen.client.wire.connection import Connection
+from loadgen.client.wire.pool import Pool
 from loadgen.client.wire.transport import LeanTransport
 from loadgen.records import RecordWriter, read_stream
 from loadgen.workload.base import SyntheticChat
@@ -179,6 +182,55 @@ def test_a_request_dropped_on_a_fresh_connection_is_not_sent_again() -> None:
     log, error = asyncio.run(go())
     assert log["requests"] == log["connections"] == 1
     assert error.status == "disconnected" and "before any answer" in str(error)
+
+
+@contextmanager
+def _unanswered_port() -> Iterator[int]:
+    """A port whose listener never accepts and whose queue is full: a connect to it hangs."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = socket.create_connection(("127.0.0.1", port))  # the one place in its queue
+    try:
+        yield port
+    finally:
+        queued.close()
+        listener.close()
+
+
+def test_a_connect_that_outlasts_the_connect_timeout_is_a_timeout_and_frees_its_place() -> None:
+    async def go(port: int) -> tuple[WireError, float, int]:
+        clock = time.perf_counter_ns
+        pool = Pool("127.0.0.1", port, None, 1, 0.2, clock, HoldQueue(clock))
+        t0 = time.perf_counter()
+        with pytest.raises(WireError) as e:
+            await pool.take()
+        took = time.perf_counter() - t0
+        task = asyncio.current_task()
+        assert task is not None and getattr(task, "cancelling", lambda: 0)() == 0  # the timer's cancel taken back
+        return e.value, took, pool.opened
+
+    with _unanswered_port() as port:
+        error, took, opened = asyncio.run(go(port))
+    assert error.status == "timeout" and str(error) == f"ServerTimeoutError: connection timeout to 127.0.0.1:{port}"
+    assert 0.2 <= took < 5.0 and opened == 0
+
+
+def test_a_request_cancelled_while_it_connects_is_cancelled_not_timed_out() -> None:
+    async def go(port: int) -> tuple[bool, int]:
+        clock = time.perf_counter_ns
+        pool = Pool("127.0.0.1", port, None, 1, 0.2, clock, HoldQueue(clock))
+        task = asyncio.ensure_future(pool.take())
+        await asyncio.sleep(0.05)
+        task.cancel()  # as a request timer or the drain's end does
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.3)  # past the connect timeout: its timer must not fire on anything
+        return task.cancelled(), pool.opened
+
+    with _unanswered_port() as port:
+        cancelled, opened = asyncio.run(go(port))
+    assert cancelled and opened == 0
 
 
 class _Due:

@@ -83,6 +83,15 @@ def test_the_whole_chunks_of_one_read_are_handed_on_as_one_piece() -> None:
     assert seen.pieces == [b"abcdef", b"ghij"] and seen.times == [1, 1] and seen.ends == 1
 
 
+def test_an_answers_last_read_of_whole_chunks_and_the_last_chunk_is_one_piece_and_the_end() -> None:
+    seen, parser, extra = parse([HEAD, b"3\r\nabc\r\n", b"2\r\nde\r\n", b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"])
+    assert seen.pieces == [b"abc", b"de", b"abcde"] and seen.times == [1, 2, 3]
+    assert seen.ends == 1 and parser.done and extra == b""
+    # a payload that itself ends like the last chunk is still a payload: the answer goes on
+    seen, parser, _ = parse([HEAD, b"7\r\nab\r\n0\r\n\r\n"])
+    assert seen.pieces == [b"ab\r\n0\r\n"] and seen.ends == 0 and not parser.done
+
+
 def test_the_head_gives_status_headers_and_whether_the_connection_is_kept() -> None:
     seen, parser, _ = parse([LENGTH])
     assert seen.heads == [(503, {"content-length": "11", "retry-after": "2"})]

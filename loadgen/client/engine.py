@@ -36,13 +36,14 @@ import numpy as np
 
 from loadgen.client.config import EngineConfig, LiveCounters, Plan
 from loadgen.client.fingerprint import Traffic
+from loadgen.client.gc_pauses import short_gc_pauses
 from loadgen.client.holds import HoldQueue
 from loadgen.client.loop_probe import LoopProbe
 from loadgen.client.outcome import Say
 from loadgen.client.session_runs import Ahead, SessionRuns
 from loadgen.client.transport import FastPath, Transport
 from loadgen.client.wire.choice import WireChoice, transport_for
-from loadgen.clock import SPIN_NS, Clock, quiet_gc, sleep_until
+from loadgen.clock import SPIN_NS, Clock, sleep_until
 from loadgen.records import RecordWriter
 from loadgen.redaction import Secrets
 from loadgen.untrusted import clean_text
@@ -55,10 +56,14 @@ _LOOKAHEAD = 256  # sessions built ahead of their send time
 _BUILD_MARGIN_NS = 3_000_000  # stop building when the next send is this close
 # A request is started this long before its instant and its bytes held until then (holds.py):
 # the client's own work before the write (~0.3-1 ms on a small machine) is not schedule lag.
-# Longer than a burst of reads (a decode step's tokens for every stream arrive at once,
-# and hundreds of streams take several ms to read), so a request is ready before its
-# instant even when a burst delayed its preparation; it is then sent from inside the burst.
-LEAD_NS = 25_000_000
+# Its preparation takes several turns of the loop (the dispatcher's wake, the session task's
+# first step, a fresh connection's connect and its completion, the hold), and a turn lasts a
+# burst of reads (a decode step's tokens for every stream arrive at once: 800 streams take
+# 8-12 ms to read on the 2-core VM). 25 ms, two such turns, left a ramp to 800 streams
+# preparing requests after their instants; 100 ms holds for eight, so a request is ready
+# before its instant even when bursts delayed its preparation, and is then sent from
+# inside the burst.
+LEAD_NS = 100_000_000
 _LONG_WAIT_NS = 50_000_000  # a dispatcher wait longer than this also watches for a stop
 _UNSENT_YIELD = 256  # never-sent sessions recorded between two yields to the loop
 
@@ -154,7 +159,7 @@ class Engine:
             self.probe.start()
             keeper = asyncio.get_running_loop().create_task(self._housekeeping())
             try:
-                with quiet_gc():
+                with short_gc_pauses():
                     if plan.concurrency:
                         await self._closed_loop(plan, start_ns)
                     else:
@@ -211,7 +216,12 @@ class Engine:
                 return
             ahead.popleft()
             sessions.spawn(nxt.session, nxt.at, top=True)
-            await asyncio.sleep(0)  # let it send now, before more sessions are built
+            if not ahead or ahead[0].at - lead > clock():
+                await asyncio.sleep(0)  # let it send now, before more sessions are built
+            # else the next is due too: started in this same turn of the loop. Yielding after
+            # each start let a busy loop (turns of 8-20 ms at the end of a ramp to 800 streams)
+            # start one or two sessions a turn, fewer than fell due: its last 200 ms fell 100-385
+            # ms behind (test_engine_schedule's busy loop pins it).
 
     async def _closed_loop(self, plan: Plan, start_ns: int) -> None:
         """Users each send a session when their previous one ended. Stopped, the sessions of

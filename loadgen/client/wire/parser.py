@@ -263,13 +263,18 @@ class ResponseParser:
             self.on_body(data[nl + 2 : nl + 2 + size], t)
             return b""
         if data.endswith(b"\r\n"):  # whole chunks only, most likely: checked all at once, in C
-            parts = data.split(b"\r\n")  # size, payload, size, payload, ..., b""
+            # (an answer's last read ends with the last chunk and no trailers: checked apart)
+            last = len(data) > 7 and data.endswith(b"\r\n0\r\n\r\n")
+            parts = (data[:-5] if last else data).split(b"\r\n")  # size, payload, ..., b""
             if len(parts) & 1:
                 payloads = parts[1::2]
                 # each size line one seen before (the last chunk's "0" never is) and each
-                # payload of that length (one holding a CRLF is not: the careful way)
+                # payload of that length (one holding a CRLF is not: the careful way); so
+                # what was cut off as the last chunk did follow the last whole chunk
                 if list(map(_SIZES.get, parts[0:-1:2])) == list(map(len, payloads)):
                     self.on_body(payloads[0] if len(payloads) == 1 else b"".join(payloads), t)
+                    if last:
+                        self._end()
                     return b""
         pos, n, pieces = 0, len(data), []
         while True:

@@ -100,18 +100,22 @@ class Pool:
     async def _open(self) -> Connection:
         loop = asyncio.get_running_loop()
         self.opened += 1
+        limit = _ConnectLimit(loop, self.connect_s)
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(
+            try:
+                _, conn = await loop.create_connection(
                     lambda: Connection(loop, self.clock, self.holds),
                     self.address,
                     self.port,
                     ssl=self.tls,
                     server_hostname=self.host if self.tls is not None else None,
-                ),
-                self.connect_s,
-            )
-        except asyncio.TimeoutError as e:
+                )
+            finally:
+                limit.cancel()
+        except asyncio.CancelledError as e:
+            if not limit.passed():
+                self._release()
+                raise
             self._release()
             raise WireError("timeout", f"ServerTimeoutError: connection timeout to {self.host}:{self.port}") from e
         except ssl.SSLError as e:
@@ -156,3 +160,36 @@ class Pool:
             if not waiter.done():
                 waiter.cancel()
         self._waiters.clear()
+
+
+class _ConnectLimit:
+    """The connect timeout of one ``_open``: a timer that cancels the opening task when it fires.
+
+    Cheaper than ``asyncio.wait_for`` (a task of its own per connection, a turn of the loop
+    before the connect starts, ~55 us a connection measured on the 2-core VM), which counts in a
+    ramp, where every request of an open loop opens a connection. ``passed`` says whether a
+    cancellation was this timer's (and takes it back, so the task is not left cancelling) rather
+    than the caller's (a request timeout, the drain's end): that one goes on as a cancellation.
+    """
+
+    __slots__ = ("_task", "_timer", "_fired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self._task = asyncio.current_task()
+        self._fired = False
+        self._timer = loop.call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        self._fired = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def passed(self) -> bool:
+        """The cancellation came from this timer alone (taken back: the task may go on)."""
+        if not self._fired:
+            return False
+        uncancel = getattr(self._task, "uncancel", None)  # 3.11 on: how many cancels are left
+        return uncancel is None or uncancel() == 0

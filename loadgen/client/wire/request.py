@@ -19,7 +19,8 @@ from loadgen.client.transport import SEQ_HEADER
 
 __all__ = ["RequestHead"]
 
-_PER_REQUEST = frozenset({SEQ_HEADER, "X-Request-Id"})  # the ids: different on every request
+_REQUEST_ID = "X-Request-Id"
+_PER_REQUEST = frozenset({SEQ_HEADER, _REQUEST_ID})  # the ids: different on every request
 _BLOCKS = 64  # distinct fixed blocks kept (one per run, normally)
 _SAFE = "/%:@!$&'()*+,;=-._~"  # what a path or query keeps as it is (the rest is percent-encoded)
 
@@ -52,11 +53,17 @@ class RequestHead:
 
     def render(self, headers: dict[str, str], body: bytes) -> bytes:
         """The request: its head (``headers`` and the length of ``body``) and ``body``, in one piece."""
-        fixed = tuple(item for item in headers.items() if item[0] not in _PER_REQUEST)
+        items = tuple(headers.items())
+        if len(items) > 1 and items[-2][0] == SEQ_HEADER and items[-1][0] == _REQUEST_ID:
+            # the engine's order: the ids last (keys are unique: none of them is among the rest)
+            fixed = items[:-2]
+            ids = f"{SEQ_HEADER}: {items[-2][1]}\r\n{_REQUEST_ID}: {items[-1][1]}\r\n"
+        else:
+            fixed = tuple(item for item in items if item[0] not in _PER_REQUEST)
+            ids = "".join([f"{k}: {v}\r\n" for k, v in items if k in _PER_REQUEST])
         block = self._blocks.get(fixed)
         if block is None:
             block = self._block(fixed)
-        ids = "".join([f"{k}: {v}\r\n" for k, v in headers.items() if k in _PER_REQUEST])
         return b"".join((block, ids.encode(), b"Content-Length: %d\r\n\r\n" % len(body), body))
 
     def _block(self, fixed: tuple[tuple[str, str], ...]) -> bytes:
