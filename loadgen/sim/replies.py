@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -27,6 +29,20 @@ __all__ = ["Replies"]
 
 # Engine headroom (TimingModel.headroom) that a stream's end needs, as estimated for a slow core.
 _FINISH_NS = 250_000
+
+
+@contextmanager
+def _streaming(req: SimRequest, w: StreamWriter) -> Iterator[None]:
+    """A streamed answer's life: a client that left cancels the request; at the end, however it
+    came, the model's steps stop writing to the socket."""
+    try:
+        yield
+    except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+        req.cancelled = True
+        raise
+    finally:
+        w.direct = False
+        req.sink = req.prepare = None
 
 
 class Replies:
@@ -101,7 +117,7 @@ class Replies:
         frames = SseFrames(req.rid, cfg.model_name, chat, tool)
         usage = self.usage if opts.get("continuous_usage_stats") else None
         w = StreamWriter(req, frames, cfg, plan, stops, usage, resp.chunked)
-        try:
+        with _streaming(req, w):
             if chat:  # the role chunk, and a tool call's header: no generated text, at receipt
                 await resp.write(frames.role(b',"usage":' + orjson.dumps(usage(req, 0)) if usage else b""))
             if not await self._relay(request, resp, w, headers_sent=chat):
@@ -116,12 +132,6 @@ class Replies:
                 final.append(frames.usage(self.usage(req, w.sent)))
             final.append(b"data: [DONE]\n\n")
             await resp.write_eof(b"".join(final))  # one write: the last frames and the chunked end
-        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-            req.cancelled = True
-            raise
-        finally:
-            w.direct = False
-            req.sink = req.prepare = None
         return resp
 
     async def whole_responses(
@@ -156,7 +166,7 @@ class Replies:
         frames = ResponsesFrames(req.rid, self.config.model_name, tool)
         w = StreamWriter(req, frames, self.config, plan, stops, None, resp.chunked)
         w.fast = False  # each event has its sequence number: not the fixed bytes the fast path writes
-        try:
+        with _streaming(req, w):
             await resp.write(frames.opening())  # at receipt, a tool call's header with it
             if not await self._relay(request, resp, w, headers_sent=True):
                 return resp
@@ -166,12 +176,6 @@ class Replies:
             text = apply_stop(full, n_words=w.sent, stops=stops, finish=finish)[0]
             length = w.finish is None and finish == "length"
             await resp.write_eof(frames.closing(text, length, usage_of(self.usage(req, w.sent))))
-        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-            req.cancelled = True
-            raise
-        finally:
-            w.direct = False
-            req.sink = req.prepare = None
         return resp
 
     async def _relay(self, request: web.Request, resp: web.StreamResponse, w: StreamWriter, headers_sent: bool) -> bool:
