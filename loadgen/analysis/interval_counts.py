@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -55,6 +55,7 @@ _BINS = int(_TEMPLATE.counts_len)  # counters of one histogram
 # (or 64 Ki), else by sorting the samples' keys
 _DENSE_PER_SAMPLE, _DENSE_MIN = 4, 1 << 16
 _MERGE_PAIRS = 1 << 20  # pairs counted by blocks before they are merged (``IntervalCounter``): 50 MB to sort
+Spans: TypeAlias = tuple[int, int, int, int]  # a block's least interval, greatest, least counter, greatest
 
 
 def _counter_index(v: Ints) -> Ints:
@@ -74,8 +75,23 @@ assert _BINS < 2**15  # (a counter fits an int16: IntervalCounts)
 
 
 def us_index(value_ms: Floats) -> Ints:
-    """The HdrHistogram counter of each value in ms (rounded to us, clipped to the range)."""
-    return _counter_index(np.clip(np.rint(value_ms * 1000.0), 0, HIST_HIGHEST_US).astype(np.int64))
+    """The HdrHistogram counter of each value in ms (rounded to us, clipped to the range); looked
+    up in a table of the counters of the values below ``_LOOKED_UP`` us when they all are."""
+    us = value_ms * 1000.0
+    np.rint(us, out=us)
+    np.clip(us, 0, HIST_HIGHEST_US, out=us)
+    v = us.astype(np.int64)
+    if v.size and int(v.max()) < _LOOKED_UP:
+        return _small_counters()[v]
+    return _counter_index(v)
+
+
+_LOOKED_UP = 1 << 21  # values (us, ~2.1 s) whose counters ``us_index`` looks up (16 MB)
+
+
+@functools.cache
+def _small_counters() -> Ints:
+    return _counter_index(np.arange(_LOOKED_UP, dtype=np.int64))
 
 
 @dataclass
@@ -102,7 +118,7 @@ class IntervalCounts:
         return h
 
 
-def _block_pairs(bucket: Ints, counter: Ints, counts: Tokens | None) -> tuple[Ints, Ints]:
+def _block_pairs(bucket: Ints, counter: Ints, counts: Tokens | Floats | None) -> tuple[Ints, Ints]:
     """A block's samples as (interval, counter) pairs: keys ``interval * counters + counter``,
     ascending, and their totals; counted densely over the intervals and counters the block spans
     when they are few beside its samples, else by sorting the samples' keys."""
@@ -260,11 +276,16 @@ class ClosingCounter:
         self.table: Floats | None = np.zeros((0, 0))  # from interval ``closed``, counters from ``c_lo``; None: pairs
         self.c_lo = 0
         self.open: list[tuple[Ints, Ints]] = []  # (once the table is let go) the blocks' pairs of open intervals
+        self.sums = np.zeros(next(iter(at.at.values())).size)  # per interval: its samples (their counts)
 
-    def add(self, bucket: Ints, counter: Ints, counts: Tokens | None, final: int = 0) -> None:
-        """As ``IntervalCounter.add``; the intervals below ``final`` are closed."""
-        if bucket.size and not self._counted(bucket, counter, counts):
+    def add(
+        self, bucket: Ints, counter: Ints, counts: Tokens | Floats | None, final: int = 0, spans: Spans | None = None
+    ) -> None:
+        """As ``IntervalCounter.add``; the intervals below ``final`` are closed. ``spans``: the block's
+        (least interval, greatest, least counter, greatest) where known (the time series' are)."""
+        if bucket.size and not self._counted(bucket, counter, counts, spans):
             self.open.append(_block_pairs(bucket, counter, counts))
+            np.add.at(self.sums, self.open[-1][0] // _BINS, self.open[-1][1])
         if final > self.closed:
             self._close(final)
 
@@ -272,15 +293,16 @@ class ClosingCounter:
         """Every interval closed (the walk is over)."""
         self._close(None)
 
-    def _counted(self, bucket: Ints, counter: Ints, counts: Tokens | None) -> bool:
+    def _counted(self, bucket: Ints, counter: Ints, counts: Tokens | Floats | None, spans: Spans | None) -> bool:
         """The block counted into the table (False: no table, or it would grow too large)."""
         t = self.table
         if t is None:
             return False
-        b_lo, b_hi = int(bucket.min()) - self.closed, int(bucket.max()) - self.closed
+        if spans is None:
+            spans = (int(bucket.min()), int(bucket.max()), int(counter.min()), int(counter.max()))
+        b_lo, b_hi, c_min, c_max = spans[0] - self.closed, spans[1] - self.closed, spans[2], spans[3]
         if b_lo < 0:
             raise ValueError(f"a sample in interval {b_lo + self.closed}, closed already")
-        c_min, c_max = int(counter.min()), int(counter.max())
         c_lo = c_min if t.size == 0 else min(self.c_lo, c_min)
         width = max(c_max + 1, self.c_lo + t.shape[1] if t.size else 0) - c_lo
         if b_hi >= t.shape[0] or width != t.shape[1]:
@@ -293,12 +315,15 @@ class ClosingCounter:
             grown[: t.shape[0], self.c_lo - c_lo : self.c_lo - c_lo + t.shape[1]] = t
             self.table, self.c_lo, t = grown, c_lo, grown
         w = c_max - c_min + 1
-        got = np.bincount(
-            (bucket - (b_lo + self.closed)) * w + (counter - c_min),
-            weights=None if counts is None else counts.astype(np.float64),
-            minlength=(b_hi - b_lo + 1) * w,
-        )
-        t[b_lo : b_hi + 1, c_min - c_lo : c_max - c_lo + 1] += got.reshape(b_hi - b_lo + 1, w)
+        cell = bucket - (b_lo + self.closed)
+        cell *= w
+        cell += counter
+        cell -= c_min
+        weights = None if counts is None else np.asarray(counts, dtype=np.float64)
+        got = np.bincount(cell, weights=weights, minlength=(b_hi - b_lo + 1) * w)
+        cells = got.reshape(b_hi - b_lo + 1, w)
+        t[b_lo : b_hi + 1, c_min - c_lo : c_max - c_lo + 1] += cells
+        self.sums[self.closed + b_lo : self.closed + b_hi + 1] += cells.sum(axis=1)
         return True
 
     def _to_pairs(self) -> None:
@@ -370,5 +395,5 @@ def percentiles(sp: IntervalCounts, nb: int, ps: tuple[int, ...]) -> dict[int, I
 @functools.cache
 def _highest() -> Ints:
     """The highest value equivalent to each counter's (``get_highest_equivalent_value``)."""
-    h = _TEMPLATE
-    return np.array([h.get_highest_equivalent_value(int(v)) for v in _LOWEST], dtype=np.int64)
+    last = _TEMPLATE.get_highest_equivalent_value(int(_LOWEST[-1]))  # (each counter's range ends below the next's)
+    return np.concatenate([_LOWEST[1:] - 1, [last]]).astype(np.int64)

@@ -12,8 +12,8 @@ import pyarrow as pa
 from hdrh.histogram import HdrHistogram
 from numpy.typing import NDArray
 
-from loadgen.analysis.chunk_walk import chunk_blocks, every_chunk_has_tokens, gaps
-from loadgen.analysis.columns import Cols, Floats, Ints, Mask, ms
+from loadgen.analysis.chunk_walk import ChunkBlock, chunk_blocks, every_chunk_has_tokens, gaps
+from loadgen.analysis.columns import Cols, Floats, Ints, Mask, Tokens, ms
 from loadgen.analysis.interval_counts import (
     ClosingCounter,
     IntervalCounter,
@@ -51,7 +51,22 @@ _SERIES_BLOCK = 1 << 18
 
 
 def _bucket(t_ns: Ints, t0: int, step: int, nb: int) -> Ints:
-    return np.asarray(np.clip((t_ns - t0) // step, 0, nb - 1), dtype=np.int64)
+    out: Ints = (t_ns - t0) // step
+    return np.clip(out, 0, nb - 1, out=out)
+
+
+def _gaps(blk: ChunkBlock, every: bool) -> tuple[Ints, Ints, Tokens, Ints, Tokens]:
+    """A block's token-carrying chunks that follow another of their request: (arrival, gap to it in
+    ns, tokens), and the others (each request's first): (arrival, tokens)."""
+    if every:  # no chunk to skip: each chunk but a request's first has a gap
+        later = blk.later()
+        starts = (np.cumsum(blk.lens) - blk.lens)[blk.lens > 0]
+        ns, tok = blk.ns, blk.tok
+        return ns[1:][later], np.diff(ns)[later], tok[1:][later], ns[starts], tok[starts]
+    sel = blk.tok > 0
+    ns, tok = blk.ns[sel], blk.tok[sel]
+    gap, has_prev = gaps(blk.owner[sel], ns)
+    return ns[has_prev], gap[has_prev], tok[has_prev], ns[~has_prev], tok[~has_prev]
 
 
 def _span(c: Cols, t0: int) -> int:
@@ -107,21 +122,21 @@ def _all_series(
     later_first = None if keep else _later_first(c)
     every = every_chunk_has_tokens(c)
     for blk in chunk_blocks(c, size=_SERIES_BLOCK):
-        if every:  # no chunk to skip: each chunk but a request's first has a gap
-            later = blk.later()
-            k = blk.tok[1:][later]
-            counter = us_index(np.diff(blk.ns)[later] / 1e6 / k)
-        else:
-            sel = blk.tok > 0
-            gap, has_prev = gaps(blk.owner[sel], blk.ns[sel])
-            k = blk.tok[sel][has_prev]
-            counter = us_index(gap[has_prev] / 1e6 / k)
+        at, gap, k, first_ns, first_tok = _gaps(blk, every)
+        counter = us_index(gap / 1e6 / k)
+        kf, ff = k.astype(np.float64), first_tok.astype(np.float64)
+        spans = (int(at.min()), int(at.max()), int(counter.min()), int(counter.max())) if at.size else None
         bound = None if later_first is None else int(later_first[blk.row0 + blk.lens.size])
         for step, nb, tok, acc in zip(steps, sizes, tokens, itl, strict=True):
-            arrived = _bucket(blk.ns, t0, step, nb)  # each chunk's interval, the gaps' among them
-            np.add(tok, np.bincount(arrived, weights=blk.tok, minlength=nb), out=tok)
+            arrived = _bucket(at, t0, step, nb)  # each gap's interval: its chunk's
+            np.add(tok, np.bincount(_bucket(first_ns, t0, step, nb), weights=ff, minlength=nb), out=tok)
             final = 0 if bound is None else nb if bound == _NONE_LATER else min(max((bound - t0) // step, 0), nb - 1)
-            acc.add(arrived[1:][later] if every else arrived[sel][has_prev], counter, k, final)
+            if spans is None or isinstance(acc, IntervalCounter):  # (a ClosingCounter sums the gaps' tokens)
+                np.add(tok, np.bincount(arrived, weights=kf, minlength=nb), out=tok)
+                acc.add(arrived, counter, k, final)
+            else:
+                lo, hi = (min(max((t - t0) // step, 0), nb - 1) for t in spans[:2])
+                acc.add(arrived, counter, kf, final, (lo, hi, spans[2], spans[3]))
     out = []
     for step, nb, tok, acc, at_pct in zip(steps, sizes, tokens, itl, itl_at, strict=True):
 
@@ -141,6 +156,7 @@ def _all_series(
             out.append(_Series(t0, step, cols, ttft, acc.done(), e2e))
         else:
             acc.flush()
+            cols["output_tokens"] = tok + acc.sums  # (each request's first chunk's, then the others')
             out.append(_Series(t0, step, cols, ttft, at_pct, e2e))
     return out
 
