@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from loadgen.analysis.metrics import SLO, summarize
 from loadgen.analysis.points import analyze_run
 from loadgen.analysis.timeseries import timeseries
-from loadgen.records import SCHEMA, write_json
+from loadgen.records import SCHEMA
+from loadgen.run_folder import write_json
 
 MS = 1_000_000
 BASE = 10**12

@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_scale import CHUNKS, SLICE, T0, _slice  # noqa: E402
 
 from loadgen.record_version import stamped  # noqa: E402
-from loadgen.records import PARQUET_NAME, SCHEMA, SCHEMA_VERSION, Record, RecordWriter  # noqa: E402
+from loadgen.records import SCHEMA, SCHEMA_VERSION, Record, RecordWriter  # noqa: E402
+from loadgen.run_folder import PARQUET_NAME
 from loadgen.stream_file import StreamFile  # noqa: E402
 
 SHARDS = 4

@@ -48,7 +48,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
-from loadgen.records import PARQUET_NAME, SCHEMA, file_metadata
+from loadgen.records import SCHEMA, file_metadata
+from loadgen.run_folder import PARQUET_NAME
 
 CHUNKS = 128
 RATE = 300.0  # req/s

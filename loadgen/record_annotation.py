@@ -30,7 +30,8 @@ from loadgen.errors import ConfigError, SpecError
 from loadgen.record_fit import conform
 from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
 from loadgen.record_version import VERSION_KEY, check_readable, parse_version
-from loadgen.records import PARQUET_NAME, SCHEMA, SCHEMA_VERSION, file_metadata
+from loadgen.records import SCHEMA, SCHEMA_VERSION, file_metadata
+from loadgen.run_folder import PARQUET_NAME
 
 __all__ = ["DERIVED_SCHEMA", "DERIVED", "METADATA_PREFIX", "annotate", "read_metadata"]
 

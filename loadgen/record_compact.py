@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 
 from loadgen.errors import ConfigError
 from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
-from loadgen.records import PARQUET_NAME, SCHEMA, file_metadata, read_records, read_stream
+from loadgen.records import SCHEMA, file_metadata, read_records, read_stream
+from loadgen.run_folder import PARQUET_NAME
 
 __all__ = ["compact"]
 

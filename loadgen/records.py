@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -26,18 +25,11 @@ from loadgen.errors import ConfigError, SpecError
 from loadgen.record_fit import RowFitter, conform
 from loadgen.record_parquet import read_parquet
 from loadgen.record_version import VERSION_KEY, check_readable, stamped
-from loadgen.run_folder import RunState, json_bytes, load_run_json, replace_run, run_state_of, writable_folder
+from loadgen.run_folder import PARQUET_NAME, STREAM_NAME, read_run_meta
 from loadgen.stream_file import StreamFile, read_batches
 
 __all__ = [
     "tool_info",
-    "SERVER_METRICS_NAME",
-    "load_server_metrics",
-    "read_run_meta",
-    "read_run_state",
-    "write_json",
-    "make_folder",
-    "run_files",
     "check_run_folder",
     "SCHEMA",
     "SCHEMA_VERSION",
@@ -49,12 +41,7 @@ __all__ = [
     "RecordWriter",
     "read_stream",
     "read_records",
-    "STREAM_NAME",
-    "PARQUET_NAME",
 ]
-
-STREAM_NAME = "records.arrows"
-PARQUET_NAME = "records.parquet"
 
 # Request outcomes. ``cancelled`` is a request still in flight when the run was
 # stopped (Ctrl-C or end of the drain grace); it is never counted as a success.
@@ -133,8 +120,6 @@ SCHEMA = pa.schema(_FIELDS)
 # 1.3: column ``stage`` (the rag-pipeline workload: each user request a session of stage requests).
 SCHEMA_VERSION = "1.3"
 LOADGEN_VERSION_KEY = "loadgen.version"
-
-SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
 
 
 @dataclass(slots=True)
@@ -330,88 +315,6 @@ def file_metadata() -> dict[str, str]:
     """The key-value metadata every records file written now carries: its schema's version and
     the loadgen version that wrote it (analysis adds the run's id and windows: ``record_annotation``)."""
     return {VERSION_KEY: SCHEMA_VERSION, LOADGEN_VERSION_KEY: tool_info()["version"]}
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write ``json_bytes(data)`` to ``path`` atomically (a temporary file, then a rename)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(json_bytes(data))
-    os.replace(tmp, path)
-
-
-def read_run_meta(run_dir: Path) -> dict[str, Any]:
-    """A run folder's ``run.json``; a missing, unreadable or malformed one is a LoadgenError."""
-    path = Path(run_dir) / "run.json"
-    meta = load_run_json(run_dir)
-    for key, (kind, name) in _META_SHAPE.items():
-        value = meta.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise SpecError(f"{path}: {key}: expected a JSON {name}, found {type(value).__name__}")
-    if any(not isinstance(p, dict) for p in meta.get("points") or ()):
-        raise SpecError(f"{path}: points: expected a list of JSON objects")
-    return meta
-
-
-def read_run_state(run_dir: str | os.PathLike[str]) -> RunState:
-    """Where the run (or sweep) in ``run_dir`` stands (``run_folder.run_state_of``: a ``running``
-    one whose process is gone reads as interrupted); no or a bad run.json is a LoadgenError."""
-    return run_state_of(read_run_meta(Path(run_dir)), str(Path(run_dir) / "run.json"))
-
-
-# The blocks of run.json that readers descend into (each may be absent or null).
-_META_SHAPE: dict[str, tuple[type, str]] = {
-    "settings": (dict, "object"),
-    "client": (dict, "object"),
-    "sweep": (dict, "object"),
-    "simulator": (dict, "object"),
-    "points": (list, "array"),
-}
-
-
-# The files loadgen writes into a run folder (each also as NAME.tmp while it is written), the
-# records streams and the write probe: the only files ``make_folder(force=True)`` removes.
-_RUN_FILES = ("run.json", PARQUET_NAME, "summary.json", SERVER_METRICS_NAME, "report.html", "pareto.svg", "pareto.png")
-_RUN_GLOBS = ("records*.arrows", ".loadgen-write-test-*")
-
-
-def run_files(run_dir: Path) -> list[Path]:
-    """loadgen's own files in ``run_dir`` (a sweep's too); nothing else in the folder."""
-    names = {*_RUN_FILES, *(name + ".tmp" for name in _RUN_FILES)}
-    found = {p for p in run_dir.iterdir() if p.name in names} | {p for g in _RUN_GLOBS for p in run_dir.glob(g)}
-    return sorted(p for p in found if p.is_symlink() or p.is_file())
-
-
-def make_folder(path: Path, flag: str = "--out", *, force: bool = False) -> Path:
-    """The folder a new run (or sweep) writes to (``run_folder.writable_folder``). One that already
-    holds a run (run.json, records.parquet or a records stream) is refused in one line unless
-    ``force``, which first removes that run's files (``run_files``: loadgen's own, nothing else
-    there); a run still being written there is refused even so (``run_folder.replace_run``)."""
-    if path.is_dir():
-        files = run_files(path)
-        if any(p.name in ("run.json", PARQUET_NAME) or p.suffix == ".arrows" for p in files):
-            try:
-                state = read_run_state(path).state
-            except (ConfigError, SpecError):
-                state = "unknown: no readable run.json"
-            replace_run(path, files, state, flag, force)
-    return writable_folder(path, flag)
-
-
-def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:
-    """The rows of ``run_dir/server_metrics.jsonl`` (error rows included), or None when there
-    is none. A torn last line (a crash mid-write) is skipped."""
-    path = Path(run_dir) / SERVER_METRICS_NAME
-    if not path.exists():
-        return None
-    rows = []
-    for line in path.read_bytes().splitlines():
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def tool_info() -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""A run folder on disk: its run.json's state, whether it holds a run, and making it ready.
+"""A run folder on disk: the names of its files, its run.json (read, checked, written, and the
+run's state in it), whether it holds a run, making it ready, and the endpoint's metrics kept in it.
 
 run.json is written when a run (or a sweep) starts, with ``"state": "running"`` and the
 identity of the process writing it, and rewritten at the end as ``"complete"`` or
@@ -13,8 +14,8 @@ same keys; a point still ``running`` in a sweep that no longer runs reads as int
 the sweep's reason.
 
 ``mark_running`` and ``mark_finished`` edit a run.json dict in place (the caller writes it
-with ``records.write_json``, whose bytes are ``json_bytes``); ``run_state_of`` reads one and
-``records.read_run_state`` a folder's. ``records.make_folder`` uses ``writable_folder`` and
+with ``write_json``, whose bytes are ``json_bytes``); ``run_state_of`` reads one and
+``read_run_state`` a folder's. ``make_folder`` uses ``writable_folder`` and
 ``replace_run`` to refuse (or, with ``--force``, clear) a folder that already holds a run.
 """
 
@@ -35,6 +36,15 @@ from loadgen.untrusted import clean_text
 
 __all__ = [
     "RUN_JSON",
+    "STREAM_NAME",
+    "PARQUET_NAME",
+    "SERVER_METRICS_NAME",
+    "write_json",
+    "read_run_meta",
+    "read_run_state",
+    "run_files",
+    "make_folder",
+    "load_server_metrics",
     "json_bytes",
     "load_run_json",
     "writable_folder",
@@ -50,6 +60,9 @@ __all__ = [
 ]
 
 RUN_JSON = "run.json"
+STREAM_NAME = "records.arrows"  # the records as a run writes them (records.RecordWriter)
+PARQUET_NAME = "records.parquet"  # the records compacted (record_compact)
+SERVER_METRICS_NAME = "server_metrics.jsonl"  # the endpoint's own /metrics over the run (client.scrape)
 STATES = ("running", "complete", "interrupted")
 PROCESS_ENDED = "the run's process ended before it finished"
 _NO_REASON = "interrupted (no reason recorded)"
@@ -174,7 +187,7 @@ def json_bytes(data: Any) -> bytes:
 
 def load_run_json(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """A folder's run.json as a dict; a missing one is a ConfigError, an unreadable or malformed
-    one a SpecError (``records.read_run_meta`` also checks the blocks readers descend into)."""
+    one a SpecError (``read_run_meta`` also checks the blocks readers descend into)."""
     path = Path(run_dir) / RUN_JSON
     if not path.is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no {RUN_JSON})")
@@ -219,3 +232,85 @@ def replace_run(path: Path, files: list[Path], state: str, flag: str, force: boo
             p.unlink(missing_ok=True)
         except OSError as e:
             raise ConfigError(f"{flag} {path}: cannot remove the old run's {p.name} ({e.strerror or e})") from None
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``json_bytes(data)`` to ``path`` atomically (a temporary file, then a rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(json_bytes(data))
+    os.replace(tmp, path)
+
+
+def read_run_meta(run_dir: Path) -> dict[str, Any]:
+    """A run folder's ``run.json``; a missing, unreadable or malformed one is a LoadgenError."""
+    path = Path(run_dir) / "run.json"
+    meta = load_run_json(run_dir)
+    for key, (kind, name) in _META_SHAPE.items():
+        value = meta.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise SpecError(f"{path}: {key}: expected a JSON {name}, found {type(value).__name__}")
+    if any(not isinstance(p, dict) for p in meta.get("points") or ()):
+        raise SpecError(f"{path}: points: expected a list of JSON objects")
+    return meta
+
+
+def read_run_state(run_dir: str | os.PathLike[str]) -> RunState:
+    """Where the run (or sweep) in ``run_dir`` stands (``run_folder.run_state_of``: a ``running``
+    one whose process is gone reads as interrupted); no or a bad run.json is a LoadgenError."""
+    return run_state_of(read_run_meta(Path(run_dir)), str(Path(run_dir) / "run.json"))
+
+
+# The blocks of run.json that readers descend into (each may be absent or null).
+_META_SHAPE: dict[str, tuple[type, str]] = {
+    "settings": (dict, "object"),
+    "client": (dict, "object"),
+    "sweep": (dict, "object"),
+    "simulator": (dict, "object"),
+    "points": (list, "array"),
+}
+
+
+# The files loadgen writes into a run folder (each also as NAME.tmp while it is written), the
+# records streams and the write probe: the only files ``make_folder(force=True)`` removes.
+_RUN_FILES = ("run.json", PARQUET_NAME, "summary.json", SERVER_METRICS_NAME, "report.html", "pareto.svg", "pareto.png")
+_RUN_GLOBS = ("records*.arrows", ".loadgen-write-test-*")
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """loadgen's own files in ``run_dir`` (a sweep's too); nothing else in the folder."""
+    names = {*_RUN_FILES, *(name + ".tmp" for name in _RUN_FILES)}
+    found = {p for p in run_dir.iterdir() if p.name in names} | {p for g in _RUN_GLOBS for p in run_dir.glob(g)}
+    return sorted(p for p in found if p.is_symlink() or p.is_file())
+
+
+def make_folder(path: Path, flag: str = "--out", *, force: bool = False) -> Path:
+    """The folder a new run (or sweep) writes to (``run_folder.writable_folder``). One that already
+    holds a run (run.json, records.parquet or a records stream) is refused in one line unless
+    ``force``, which first removes that run's files (``run_files``: loadgen's own, nothing else
+    there); a run still being written there is refused even so (``run_folder.replace_run``)."""
+    if path.is_dir():
+        files = run_files(path)
+        if any(p.name in ("run.json", PARQUET_NAME) or p.suffix == ".arrows" for p in files):
+            try:
+                state = read_run_state(path).state
+            except (ConfigError, SpecError):
+                state = "unknown: no readable run.json"
+            replace_run(path, files, state, flag, force)
+    return writable_folder(path, flag)
+
+
+def load_server_metrics(run_dir: Path | str) -> list[dict[str, Any]] | None:
+    """The rows of ``run_dir/server_metrics.jsonl`` (error rows included), or None when there
+    is none. A torn last line (a crash mid-write) is skipped."""
+    path = Path(run_dir) / SERVER_METRICS_NAME
+    if not path.exists():
+        return None
+    rows = []
+    for line in path.read_bytes().splitlines():
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -25,7 +25,8 @@ from loadgen.client.prometheus import metrics_url
 from loadgen.client.run import execute
 from loadgen.client.scrape import ScraperThread
 from loadgen.client.settings import RunSettings
-from loadgen.records import SERVER_METRICS_NAME, load_server_metrics, read_records
+from loadgen.records import read_records
+from loadgen.run_folder import SERVER_METRICS_NAME, load_server_metrics
 from loadgen.schedule import Arrival
 from loadgen.workload.base import SyntheticChat
 from loadgen.workload.load import load_workload

@@ -29,10 +29,8 @@ from loadgen.record_annotation import DERIVED, annotate, read_metadata
 from loadgen.record_compact import compact
 from loadgen.record_version import VERSION_KEY, parse_version
 from loadgen.records import (
-    PARQUET_NAME,
     SCHEMA,
     SCHEMA_VERSION,
-    STREAM_NAME,
     Record,
     RecordWriter,
     check_run_folder,
@@ -40,6 +38,7 @@ from loadgen.records import (
     read_stream,
     tool_info,
 )
+from loadgen.run_folder import PARQUET_NAME, STREAM_NAME
 
 MS = 1_000_000
 T0 = 50_000_000_000

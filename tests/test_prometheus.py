@@ -31,7 +31,7 @@ from loadgen.client.prometheus import (
     read_body,
 )
 from loadgen.client.scrape import ServerMetricsScraper
-from loadgen.records import SERVER_METRICS_NAME, load_server_metrics
+from loadgen.run_folder import SERVER_METRICS_NAME, load_server_metrics
 from loadgen.sim.model import FixedModel
 from loadgen.sim.server import SimServer
 

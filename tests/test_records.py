@@ -23,17 +23,8 @@ from hypothesis import strategies as st
 from loadgen import record_fit
 from loadgen.errors import ConfigError, SpecError
 from loadgen.record_compact import compact
-from loadgen.records import (
-    PARQUET_NAME,
-    SCHEMA,
-    STATUSES,
-    Record,
-    RecordWriter,
-    read_records,
-    read_stream,
-    write_json,
-)
-from loadgen.run_folder import json_bytes
+from loadgen.records import SCHEMA, STATUSES, Record, RecordWriter, read_records, read_stream
+from loadgen.run_folder import PARQUET_NAME, json_bytes, write_json
 
 UNSAFE = ("\x1b", "\x00", "\n", "\u202e", "\u200b", "\ud800")  # nothing of these may reach a short column
 

@@ -40,16 +40,8 @@ from loadgen.analysis.window import choose_window
 from loadgen.record_annotation import DERIVED
 from loadgen.record_compact import compact
 from loadgen.record_parquet import ROW_GROUP_ROWS, parquet_writer
-from loadgen.records import (
-    PARQUET_NAME,
-    SCHEMA,
-    Record,
-    RecordWriter,
-    file_metadata,
-    read_records,
-    read_stream,
-    to_batch,
-)
+from loadgen.records import SCHEMA, Record, RecordWriter, file_metadata, read_records, read_stream, to_batch
+from loadgen.run_folder import PARQUET_NAME
 from loadgen.stream_file import StreamFile
 
 PINS = Path(__file__).parent / "pins" / "report_scale_before.json"

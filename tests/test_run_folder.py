@@ -12,15 +12,18 @@ from typing import Any
 import pytest
 
 from loadgen.errors import ConfigError, SpecError
-from loadgen.records import make_folder, read_run_state, run_files, write_json
 from loadgen.run_folder import (
     PROCESS_ENDED,
     RunState,
+    make_folder,
     mark_finished,
     mark_running,
     point_states,
     process_alive,
+    read_run_state,
+    run_files,
     run_state_of,
+    write_json,
 )
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")

@@ -18,7 +18,7 @@ from loadgen.client.metric_names import SERIES, detect_engine, normalize, parse_
 from loadgen.client.prometheus import PrometheusTextError, metrics_url
 from loadgen.client.scrape import ScraperThread, ServerMetricsScraper, resolve_option, summarize
 from loadgen.errors import ConfigError
-from loadgen.records import SERVER_METRICS_NAME, load_server_metrics
+from loadgen.run_folder import SERVER_METRICS_NAME, load_server_metrics
 from loadgen.sim.model import FixedModel
 from loadgen.sim.server import SimServer
 

@@ -13,7 +13,7 @@ from loadgen.analysis.attainment import attainment_interval, capacity_at_slo, sa
 from loadgen.analysis.saturation import Observation, saturation_reason
 from loadgen.client.settings import RunSettings
 from loadgen.errors import ConfigError
-from loadgen.records import read_run_meta
+from loadgen.run_folder import read_run_meta
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sweep.plan import SweepPlan, parse_list

@@ -25,7 +25,8 @@ from loadgen.cli.sweep_cmd import settings_from_args
 from loadgen.cli.sweep_defaults import EXAMPLE_PRICE, defaults_note, sizing_note
 from loadgen.client.settings import RunSettings
 from loadgen.errors import ConfigError
-from loadgen.records import read_records, read_run_meta
+from loadgen.records import read_records
+from loadgen.run_folder import read_run_meta
 from loadgen.schedule import Arrival
 from loadgen.sim.roofline import RooflineModel
 from loadgen.sweep.plan import SweepPlan

@@ -32,7 +32,8 @@ from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.window import Window, choose_window
 from loadgen.record_annotation import DERIVED, DERIVED_SCHEMA, METADATA_PREFIX, annotate
 from loadgen.record_version import VERSION_KEY, parse_version, version_of
-from loadgen.records import PARQUET_NAME, SCHEMA, SCHEMA_VERSION, file_metadata, read_records, read_run_meta
+from loadgen.records import SCHEMA, SCHEMA_VERSION, file_metadata, read_records
+from loadgen.run_folder import PARQUET_NAME, read_run_meta
 
 __all__ = [
     "Annotation",

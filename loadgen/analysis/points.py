@@ -24,7 +24,8 @@ from loadgen.analysis.saturation import first_saturated, observe
 from loadgen.analysis.sessions import load_unit
 from loadgen.analysis.validity import VALID, Caveat, Validity, interruption, run_caveats
 from loadgen.analysis.window import MetricsError, Window, choose_window
-from loadgen.records import read_records, read_run_meta
+from loadgen.records import read_records
+from loadgen.run_folder import read_run_meta
 
 __all__ = [
     "RunAnalysis",
@@ -125,7 +126,7 @@ class PointJson(TypedDict, total=False):
     lag_limit_ms: float
     salt: str
     client: dict[str, Any]  # the client's own health figures (see validity.client_caveats)
-    state: str  # "running" | "complete" | "interrupted" (records.read_run_state's keys, per point)
+    state: str  # "running" | "complete" | "interrupted" (run_folder.read_run_state's keys, per point)
     interrupted_reason: str
     prefix_reuse: dict[str, Any]  # what the workload's own reuse lets a cache serve (workload.reuse)
 

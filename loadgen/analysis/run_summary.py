@@ -34,7 +34,8 @@ from loadgen.analysis.validity import (
     validity_json,
 )
 from loadgen.analysis.window import choose_window
-from loadgen.records import read_records, read_run_meta, write_json
+from loadgen.records import read_records
+from loadgen.run_folder import read_run_meta, write_json
 from loadgen.workload.pooled import POOLED_APIS
 
 __all__ = ["SUMMARY_SCHEMA_VERSION", "RunReport", "summarize_run", "single_run_caveats"]

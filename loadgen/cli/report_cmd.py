@@ -39,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def main(args: argparse.Namespace) -> int:
-    from loadgen.records import check_run_folder, read_run_meta
+    from loadgen.records import check_run_folder
+    from loadgen.run_folder import read_run_meta
 
     run_dir = Path(args.run_dir)
     check_run_folder(run_dir)  # before the analysis is imported

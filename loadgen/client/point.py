@@ -16,8 +16,9 @@ from loadgen.client.trace_cut import cut_trace
 from loadgen.client.wire.choice import wire_json
 from loadgen.clock import SpinMeter
 from loadgen.errors import ConfigError
-from loadgen.records import STREAM_NAME, RecordWriter
+from loadgen.records import RecordWriter
 from loadgen.redaction import Secrets
+from loadgen.run_folder import STREAM_NAME
 from loadgen.schedule import offsets_ns, shard_indices
 from loadgen.workload.base import Workload
 from loadgen.workload.rag_pipeline import pooled_stages

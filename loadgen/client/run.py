@@ -40,9 +40,9 @@ from loadgen.client.preflight import preflight
 from loadgen.client.settings import RunResult, RunSettings, check_url, settings_json
 from loadgen.client.usage_probe import PerChunkUsage, resolved
 from loadgen.record_compact import compact
-from loadgen.records import make_folder, read_records, tool_info, write_json
+from loadgen.records import read_records, tool_info
 from loadgen.redaction import REDACTED, Secrets
-from loadgen.run_folder import mark_finished, mark_running
+from loadgen.run_folder import make_folder, mark_finished, mark_running, write_json
 from loadgen.untrusted import clean_text
 from loadgen.workload.base import Workload
 from loadgen.workload.reuse import predict_reuse, sent_sessions
@@ -238,7 +238,7 @@ def run_point(
 def scraping_server_metrics(settings: RunSettings, url: str, run_dir: Path, meta: dict[str, Any]) -> Iterator[None]:
     """Scrape the server's Prometheus metrics into the run folder while the body runs."""
     from loadgen.client.scrape import ScraperThread, resolve_option
-    from loadgen.records import SERVER_METRICS_NAME
+    from loadgen.run_folder import SERVER_METRICS_NAME
 
     scraper = ScraperThread(resolve_option(settings.server_metrics, url), 1.0, run_dir / SERVER_METRICS_NAME)
     scraper.start()

@@ -17,7 +17,7 @@ run. If the first probe gets no metrics the scraper stays off and says why.
 
 Use ``ServerMetricsScraper`` inside an event loop, or ``ScraperThread`` around
 synchronous code (its own thread and loop, so it is independent of how many
-client processes or event loops the run uses). ``records.load_server_metrics`` reads a
+client processes or event loops the run uses). ``run_folder.load_server_metrics`` reads a
 run folder's series back for reports; ``summarize`` folds rows into run.json's
 summary.
 """

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from loadgen.client.run import command_line, host_info, new_run_id
 from loadgen.client.settings import RunResult, RunSettings, settings_json
 from loadgen.record_compact import compact
-from loadgen.records import make_folder, tool_info, write_json
+from loadgen.records import tool_info
 from loadgen.redaction import Secrets
-from loadgen.run_folder import mark_finished
+from loadgen.run_folder import make_folder, mark_finished, write_json
 from loadgen.sim.virtual import VirtualRun, simulate_point
 from loadgen.sim.virtual.table import ENDPOINT, write_stream
 from loadgen.workload.base import Workload

@@ -28,7 +28,8 @@ from loadgen.analysis.pipeline import pipeline_view
 from loadgen.analysis.points import point_window
 from loadgen.analysis.window import Window
 from loadgen.errors import ConfigError
-from loadgen.records import read_records, read_run_meta
+from loadgen.records import read_records
+from loadgen.run_folder import read_run_meta
 
 if TYPE_CHECKING:
     from loadgen.conformance.slo import Criterion

@@ -21,10 +21,10 @@ from loadgen.analysis.point_figures import PointFigures
 from loadgen.analysis.points import RunAnalysis
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.timeseries import chart_interval, timeseries
-from loadgen.records import load_server_metrics
 from loadgen.report.charts import Series, goodput_chart, latency_chart, pareto_chart
 from loadgen.report.detail_charts import cdf_chart, errors_chart, server_chart, timeseries_chart
 from loadgen.report.markup import esc, fmt
+from loadgen.run_folder import load_server_metrics
 
 __all__ = [
     "pareto_figure",

@@ -18,10 +18,10 @@ from rich.table import Table
 from loadgen.analysis.pareto import frontier
 from loadgen.plan.figures import PlanEntry, PlanResult, PointFigures, Priced, SearchSettings, fmt_load
 from loadgen.plan.prices import PricingModel
-from loadgen.records import write_json
 from loadgen.report.chart_style import to_svg
 from loadgen.report.charts import Series, overlay_chart, pareto_chart
 from loadgen.report.markup import esc, figure_html, fmt, page
+from loadgen.run_folder import write_json
 
 __all__ = ["PlanHeader", "ranking_table", "axes_table", "plan_json", "write_plan", "print_plan"]
 

@@ -24,9 +24,9 @@ from loadgen.analysis.points import RunAnalysis, analyze_run, slo_to_json
 from loadgen.analysis.run_summary import SUMMARY_SCHEMA_VERSION
 from loadgen.analysis.stats import Dist
 from loadgen.analysis.validity import validity_json
-from loadgen.records import write_json
 from loadgen.report.html import report_banner, saturation_words, write_report
 from loadgen.report.markup import fmt, fmt_bound
+from loadgen.run_folder import write_json
 
 __all__ = [
     "SweepReport",

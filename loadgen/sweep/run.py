@@ -57,8 +57,9 @@ from loadgen.client.settings import RunSettings, settings_json
 from loadgen.client.usage_probe import resolved
 from loadgen.errors import ConfigError
 from loadgen.record_compact import compact
-from loadgen.records import SCHEMA, make_folder, read_stream, tool_info, write_json
+from loadgen.records import SCHEMA, read_stream, tool_info
 from loadgen.redaction import Secrets
+from loadgen.run_folder import make_folder, write_json
 from loadgen.sweep.plan import SweepPlan
 from loadgen.sweep.search import Step, count_cv, search_end
 from loadgen.workload.base import Workload

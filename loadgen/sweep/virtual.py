@@ -23,8 +23,8 @@ from loadgen.client.interrupts import Stopper
 from loadgen.client.run import finish_state, new_run_id, start_state
 from loadgen.client.virtual_run import VIRTUAL_NOTE, client_block, virtual_point
 from loadgen.record_compact import compact
-from loadgen.records import make_folder, write_json
 from loadgen.redaction import Secrets
+from loadgen.run_folder import make_folder, write_json
 from loadgen.sim.virtual.table import ENDPOINT, write_stream
 from loadgen.sweep.run import (
     PointResult,
