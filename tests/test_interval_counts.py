@@ -29,7 +29,11 @@ def _library_lowest(values_us: list[int]) -> list[int]:
         [5, 18_000, (1 << 21) - 1, 1 << 21, (1 << 21) + 1, 3_599_999_999],  # some past the table
     ],
 )
-def test_a_values_counter_is_the_librarys_looked_up_or_not(values_us: list[int]) -> None:
+@pytest.mark.parametrize("lookup_min", [0, 1 << 19], ids=["table", "formula"])
+def test_a_values_counter_is_the_librarys_looked_up_or_not(
+    values_us: list[int], lookup_min: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interval_counts, "_LOOKUP_MIN", lookup_min)  # a few values take the table too
     got = us_index(np.array(values_us, dtype=np.float64) / 1000.0)
     assert interval_counts._LOWEST[got].tolist() == _library_lowest(values_us)
 

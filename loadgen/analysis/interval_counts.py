@@ -76,22 +76,25 @@ assert _BINS < 2**15  # (a counter fits an int16: IntervalCounts)
 
 def us_index(value_ms: Floats) -> Ints:
     """The HdrHistogram counter of each value in ms (rounded to us, clipped to the range); looked
-    up in a table of the counters of the values below ``_LOOKED_UP`` us when they all are."""
+    up in a table of the counters of the values below ``_LOOKED_UP`` us when they all are (and
+    there are ``_LOOKUP_MIN`` of them at least)."""
     us = value_ms * 1000.0
     np.rint(us, out=us)
     np.clip(us, 0, HIST_HIGHEST_US, out=us)
     v = us.astype(np.int64)
-    if v.size and int(v.max()) < _LOOKED_UP:
+    if v.size >= _LOOKUP_MIN and int(v.max()) < _LOOKED_UP:
         return _small_counters()[v]
     return _counter_index(v)
 
 
 _LOOKED_UP = 1 << 21  # values (us, ~2.1 s) whose counters ``us_index`` looks up (16 MB)
+_LOOKUP_MIN = 1 << 19  # values at least, to take the table (it costs the formula on 2M values, and stays)
 
 
 @functools.cache
-def _small_counters() -> Ints:
-    return _counter_index(np.arange(_LOOKED_UP, dtype=np.int64))
+def _small_counters() -> Ints:  # built 256 Ki values at a time: the formula's temporaries stay small
+    step = 1 << 18
+    return np.concatenate([_counter_index(np.arange(lo, lo + step)) for lo in range(0, _LOOKED_UP, step)])
 
 
 @dataclass
