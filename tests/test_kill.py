@@ -215,6 +215,7 @@ def worker_run(server: LoggingServer, out: Path) -> subprocess.Popen[str]:
         "--out",
         str(out),
         "--no-live",
+        "--no-report",
     )
 
 
@@ -285,6 +286,7 @@ def sim_run(out: Path, *, itl_ms: int) -> subprocess.Popen[str]:
         "--out",
         str(out),
         "--no-live",
+        "--no-report",  # the terminal's summary and run.json are what these tests read
     )
 
 
