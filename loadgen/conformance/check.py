@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 import orjson
 
 from loadgen.client.endpoint import endpoint_label, endpoint_path
@@ -67,6 +68,11 @@ _RANK = ("fail", "inconclusive", "skip", "pass")  # of a timing item's two measu
 
 class Checker(CheckClient):
     """Runs the battery against one endpoint; ``run`` returns one Case per item."""
+
+    def __init__(self, opts: CheckOptions, http: aiohttp.ClientSession) -> None:
+        super().__init__(opts, http)
+        self.model: str | None = opts.model  # the model asked for, else the one /v1/models lists
+        self.models_json: Any = None  # /v1/models' answer, once read (its context length)
 
     def body(self, api: str, prompt: str, *, stream: bool = True, **extra: Any) -> bytes:
         b: dict[str, Any] = {"model": self.model, "max_tokens": self.o.max_tokens, "temperature": 0}

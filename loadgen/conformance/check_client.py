@@ -12,7 +12,6 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
 
 import aiohttp
 
@@ -57,8 +56,6 @@ class CheckClient:
     def __init__(self, opts: CheckOptions, http: aiohttp.ClientSession) -> None:
         self.o = opts
         self.http = http
-        self.model: str | None = opts.model
-        self.models_json: Any = None
         self.secrets = opts.secrets
 
     def text(self, value: object, limit: int = 160) -> str:
