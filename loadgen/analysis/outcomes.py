@@ -159,8 +159,8 @@ def buffered_rows(c: Cols, rows: Mask) -> Mask:
     for b in chunk_blocks(c, size=_LATE_BLOCK):
         at = slice(b.row0, b.row0 + b.lens.size)
         late = (b.ns - np.repeat(sent[at], b.lens)) >= np.repeat(threshold[at], b.lens)
-        (has,) = np.nonzero(b.lens)  # each request's late tokens, summed
-        late_tok[b.row0 + has] = np.add.reduceat(np.where(late, b.tok, 0), (np.cumsum(b.lens) - b.lens)[has])
+        has, sums = b.request_sums(np.where(late, b.tok, 0))  # each request's late tokens, summed
+        late_tok[b.row0 + has] = sums
     rows &= late_tok >= BUFFERED_SHARE * total_all
     for b in chunk_blocks(c, rows):
         owner, ns, tok = b.owner, b.ns, b.tok

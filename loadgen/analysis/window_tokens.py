@@ -60,9 +60,8 @@ def _walk(c: Cols, w: Window, tokens: bool) -> WindowTokens:
         tok_in = np.where(inwin, b.tok, 0)
         got = int(tok_in.sum())
         every += got
-        nonempty = b.lens > 0  # each such request's tokens in the window, summed
-        sums = np.add.reduceat(tok_in, (np.cumsum(b.lens) - b.lens)[nonempty])
-        ok += int(sums[c.ok[b.row0 : b.row0 + b.lens.size][nonempty]].sum())
+        has, sums = b.request_sums(tok_in)  # each such request's tokens in the window, summed
+        ok += int(sums[c.ok[b.row0 + has]].sum())
         lo, hi = int(b.ns.min()), int(b.ns.max())
         batch = sum(lo >= s for s in starts)
         if batch == sum(hi >= s for s in starts):  # the block's chunks all in one batch (or past the last)
