@@ -7,6 +7,10 @@ SIGTERM or SIGINT (to its PID alone). A run against the built-in simulator gets 
 three signals (the simulator counting what it finished on its /metrics), and is Ctrl-C'd
 through its whole process group, as a terminal does, once and twice.
 
+The runs of one test (its three signals, its two Ctrl-Cs) go side by side, each with its own
+server, folder and processes: each spends most of its seconds waiting (start-up, the server's
+answers, the drain), so together they take about the time of the slowest instead of the sum.
+
 After SIGKILL: no request arrives (or is sent) more than 1 s after the kill, no process of
 the run remains, and every request the server finished before the last flush interval is on
 disk. After SIGINT/SIGTERM: exit 130/143, run.json says interrupted, and every request
@@ -23,10 +27,12 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -119,15 +125,38 @@ class _Serving:
             self.loop.call_soon_threadsafe(self.done.set)
 
 
-@pytest.fixture
-def server() -> Iterator[LoggingServer]:
+@contextmanager
+def logging_server() -> Iterator[LoggingServer]:
     serving = _Serving(LoggingServer())
     t = threading.Thread(target=asyncio.run, args=(serving.main(),), daemon=True)
     t.start()
     assert serving.ready.wait(10)
-    yield serving.srv
-    serving.stop()
-    t.join(5)
+    try:
+        yield serving.srv
+    finally:
+        serving.stop()
+        t.join(5)
+
+
+Case = TypeVar("Case")
+
+
+def side_by_side(
+    check: Callable[[Case, Path], None], cases: Sequence[Case], root: Path
+) -> dict[Case, BaseException | None]:
+    """``check(case, folder)`` for every case at once, each in a thread and a folder of its own;
+    what each raised (None when it passed), for the test of that case to raise."""
+    folders = {case: root / str(case) for case in cases}
+    for folder in folders.values():
+        folder.mkdir()
+    with ThreadPoolExecutor(len(cases)) as pool:
+        futures = {case: pool.submit(check, case, folders[case]) for case in cases}
+    return {case: future.exception() for case, future in futures.items()}
+
+
+def raise_what(outcome: BaseException | None) -> None:
+    if outcome is not None:
+        raise outcome
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -235,35 +264,54 @@ def records_on_disk(out: Path) -> dict[int, str]:
 
 
 # -- the tests --------------------------------------------------------------------------------
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
-def test_a_signal_to_the_parent_of_two_workers_stops_both(server: LoggingServer, tmp_path: Path, sig: int) -> None:
-    out = tmp_path / "run"
-    proc = worker_run(server, out)
-    try:
-        wait_until(lambda: len(server.settled(time.perf_counter_ns())) >= 10, 60, "both workers sending")
-    except AssertionError:
-        proc.kill()
-        raise AssertionError(proc.communicate(timeout=10)[1][-2000:]) from None
-    killed = time.perf_counter_ns()
-    os.kill(proc.pid, sig)  # the PID alone, not its group
-    stdout, stderr = proc.communicate(timeout=30)
-    stopped_s = (time.perf_counter_ns() - killed) / 1e9
-    gone_within(proc.pid, 3.0)
-    time.sleep(max(0.0, 1.3 - stopped_s))  # past the kill window, in case anything were still sending
-    assert server.after(killed + KILL_WINDOW_NS) == [], "a request was sent more than 1 s after the signal"
-    last = (max(s.t_ns for s in server.log) - killed) / 1e6
-    print(f"{signal.Signals(sig).name}: {len(server.after(killed))} requests arrived after it, the last {last:.0f} ms")
-    have = records_on_disk(out)
-    if sig == signal.SIGKILL:
-        finished = server.settled(killed)
-        assert finished and finished <= set(have), "a request finished before the last flush is not on disk"
-        return
-    assert proc.returncode == 128 + sig, stderr
-    assert f"interrupted ({signal.Signals(sig).name})" in stdout
-    assert {s.seq for s in server.log} <= set(have), "a request the server saw is missing from the records"
-    assert all(have[s.seq] == "ok" for s in server.log if s.complete)
-    meta = orjson.loads((out / "run.json").read_bytes())
-    assert meta["state"] == "interrupted" and meta["interrupted_reason"] == signal.Signals(sig).name
+SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+SIGNAL_IDS = [signal.Signals(sig).name for sig in SIGNALS]
+
+
+@pytest.fixture(scope="module")
+def worker_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, BaseException | None]:
+    return side_by_side(signal_the_parent_of_two_workers, SIGNALS, tmp_path_factory.mktemp("workers"))
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=SIGNAL_IDS)
+def test_a_signal_to_the_parent_of_two_workers_stops_both(
+    worker_runs: dict[int, BaseException | None], sig: int
+) -> None:
+    raise_what(worker_runs[sig])
+
+
+def signal_the_parent_of_two_workers(sig: int, tmp_path: Path) -> None:
+    """The test above for one signal: its run against a server of its own, and every check."""
+    with logging_server() as server:
+        out = tmp_path / "run"
+        proc = worker_run(server, out)
+        try:
+            wait_until(lambda: len(server.settled(time.perf_counter_ns())) >= 10, 60, "both workers sending")
+        except AssertionError:
+            proc.kill()
+            raise AssertionError(proc.communicate(timeout=10)[1][-2000:]) from None
+        killed = time.perf_counter_ns()
+        os.kill(proc.pid, sig)  # the PID alone, not its group
+        stdout, stderr = proc.communicate(timeout=30)
+        stopped_s = (time.perf_counter_ns() - killed) / 1e9
+        gone_within(proc.pid, 3.0)
+        time.sleep(max(0.0, 1.3 - stopped_s))  # past the kill window, in case anything were still sending
+        assert server.after(killed + KILL_WINDOW_NS) == [], "a request was sent more than 1 s after the signal"
+        last = (max(s.t_ns for s in server.log) - killed) / 1e6
+        print(
+            f"{signal.Signals(sig).name}: {len(server.after(killed))} requests arrived after it, the last {last:.0f} ms"
+        )
+        have = records_on_disk(out)
+        if sig == signal.SIGKILL:
+            finished = server.settled(killed)
+            assert finished and finished <= set(have), "a request finished before the last flush is not on disk"
+            return
+        assert proc.returncode == 128 + sig, stderr
+        assert f"interrupted ({signal.Signals(sig).name})" in stdout
+        assert {s.seq for s in server.log} <= set(have), "a request the server saw is missing from the records"
+        assert all(have[s.seq] == "ok" for s in server.log if s.complete)
+        meta = orjson.loads((out / "run.json").read_bytes())
+        assert meta["state"] == "interrupted" and meta["interrupted_reason"] == signal.Signals(sig).name
 
 
 def sim_run(out: Path, *, itl_ms: int) -> subprocess.Popen[str]:
@@ -330,13 +378,25 @@ class SimCounter:
         self._thread.join(5)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
-def test_a_signal_to_the_parent_of_a_simulator_run_stops_it_and_loses_nothing(tmp_path: Path, sig: int) -> None:
+@pytest.fixture(scope="module")
+def simulator_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, BaseException | None]:
+    return side_by_side(signal_the_parent_of_a_simulator_run, SIGNALS, tmp_path_factory.mktemp("simulator"))
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=SIGNAL_IDS)
+def test_a_signal_to_the_parent_of_a_simulator_run_stops_it_and_loses_nothing(
+    simulator_runs: dict[int, BaseException | None], sig: int
+) -> None:
     """The parent's PID alone. run.json says ``running`` while the run goes on; after the signal
     nothing is sent more than 1 s later and the simulator is gone. SIGKILL: every request the
     simulator finished before the last flush interval is on disk, and ``report`` and ``gate`` of
     the folder say first that the run did not finish. SIGTERM/SIGINT: the simulator serves
     through the drain, every scheduled request is one record, and run.json says why it ended."""
+    raise_what(simulator_runs[sig])
+
+
+def signal_the_parent_of_a_simulator_run(sig: int, tmp_path: Path) -> None:
+    """The test above for one signal: its run, the signal, and every check."""
     out = tmp_path / "run"
     proc = sim_run(out, itl_ms=20)  # 10 tokens 20 ms apart: ~0.2 s answers, ~4 in flight at 20 req/s
     sim = sim_of(proc.pid)
@@ -384,10 +444,22 @@ def test_a_signal_to_the_parent_of_a_simulator_run_stops_it_and_loses_nothing(tm
     assert meta["state"] == "interrupted" and meta["interrupted_reason"] == name
 
 
+@pytest.fixture(scope="module")
+def ctrl_c_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, BaseException | None]:
+    return side_by_side(ctrl_c_a_simulator_run, (1, 2), tmp_path_factory.mktemp("ctrl-c"))
+
+
 @pytest.mark.parametrize("presses", [1, 2])
-def test_ctrl_c_drains_against_a_simulator_that_keeps_serving(tmp_path: Path, presses: int) -> None:
+def test_ctrl_c_drains_against_a_simulator_that_keeps_serving(
+    ctrl_c_runs: dict[int, BaseException | None], presses: int
+) -> None:
     """A terminal's Ctrl-C reaches the whole process group: the simulator must not die of it.
     Once: the answers in flight finish (ok, not disconnected). Twice: the drain is cut short."""
+    raise_what(ctrl_c_runs[presses])
+
+
+def ctrl_c_a_simulator_run(presses: int, tmp_path: Path) -> None:
+    """The test above for one number of presses: its run, the Ctrl-Cs, and every check."""
     out = tmp_path / "run"
     proc = sim_run(out, itl_ms=(100, 300)[presses - 1])  # 1 s answers (3 s when the drain is cut): ~20-60 in flight
     sim = sim_of(proc.pid)
