@@ -24,7 +24,7 @@ import pytest
 from report_scale_run import varied_table
 
 from loadgen import record_annotation, record_compact
-from loadgen.analysis import interval_counts, selection
+from loadgen.analysis import forked, interval_counts, selection
 from loadgen.analysis import timeseries as timeseries_module
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.chunk_walk import chunk_blocks, itl_icl
@@ -281,6 +281,7 @@ def test_annotate_writes_from_the_table_it_is_given_reading_only_the_footer(
 
     monkeypatch.setattr(pq, "read_table", only_new_columns)
     monkeypatch.setattr(record_annotation, "ROW_GROUP_ROWS", 128)
+    monkeypatch.setattr(forked, "_FORK", False)  # the rewrite in a thread: its reads are seen here
     annotate_run(tmp_path, table=table)
     assert asked == [["from_a_newer_minor"]]  # the records themselves are not read again
     monkeypatch.undo()
@@ -327,6 +328,7 @@ def test_a_report_run_again_leaves_the_annotated_file_as_it_is(tmp_path: Path, m
     first = (tmp_path / PARQUET_NAME).read_bytes()
     written: list[Path] = []
     monkeypatch.setattr("loadgen.analysis.annotate.annotate", lambda run, *a, **kw: written.append(run))
+    monkeypatch.setattr(forked, "_FORK", False)  # the rewrite in a thread: its calls are seen here
     annotate_run(tmp_path)
     assert written == [] and (tmp_path / PARQUET_NAME).read_bytes() == first  # the same annotation: not rewritten
     annotate_run(tmp_path, choose_window(read_records(tmp_path), warmup_s=2.0))

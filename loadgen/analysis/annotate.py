@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadgen.analysis.columns import Cols, Floats, Mask, int_column
+from loadgen.analysis.forked import Beside, start_beside
 from loadgen.analysis.latencies import Latencies
 from loadgen.analysis.window import Window, choose_window
 from loadgen.record_annotation import DERIVED, DERIVED_SCHEMA, METADATA_PREFIX, annotate
@@ -123,28 +123,21 @@ def start_annotate_run(
     windows: Window | Mapping[int, Window] | None = None,
     *,
     table: pa.Table | None = None,
-) -> Future[Path | None]:
-    """``annotate_run``, its annotation computed here and its file written in a thread of its own,
-    so that the figures computed meanwhile overlap the rewrite (Parquet's writer lets go of the
-    GIL): the future's ``result()`` waits for the file and raises what ``annotate_run`` would."""
-    done: Future[Path | None] = Future()
+) -> Beside[Path | None]:
+    """``annotate_run``, its annotation computed here and its file written beside the figures
+    computed meanwhile, in a forked child (``forked.start_beside``: on the other core, the table
+    shared copy-on-write): ``result()`` waits for the file and raises what ``annotate_run`` would."""
     run = Path(run_dir)
     if not (run / PARQUET_NAME).exists():
-        done.set_result(None)
-        return done
+        return Beside.done(None)
     meta = read_run_meta(run)
     records = table if table is not None else read_records(run)
     chosen = windows if windows is not None else report_windows(meta, records)
     run_id = meta.get("run_id")
     a = annotation(records, chosen, sweep="points" in meta, run_id=run_id if isinstance(run_id, str) else None)
     if _holds(run / PARQUET_NAME, a):  # a report run again: the same bytes would be written
-        done.set_result(run / PARQUET_NAME)
-        return done
-    pool = ThreadPoolExecutor(1, thread_name_prefix="loadgen-annotate")
-    try:  # the file is not read again
-        return pool.submit(annotate, run, a.in_window, a.metadata, a.derived, table=records)
-    finally:
-        pool.shutdown(wait=False)
+        return Beside.done(run / PARQUET_NAME)
+    return start_beside(lambda: annotate(run, a.in_window, a.metadata, a.derived, table=records))  # not read again
 
 
 def _holds(path: Path, a: Annotation) -> bool:
