@@ -239,7 +239,7 @@ class Engine:
                 if self._stop.is_set() or (end is not None and now >= end):
                     unstarted.append(i)
                     return
-                await asyncio.gather(sessions.spawn(plan.session(i), now), return_exceptions=True)
+                await sessions.run_here(plan.session(i), now)
 
         await sleep_until(start_ns, self.clock)
         users = [sessions.track(asyncio.ensure_future(user())) for _ in range(plan.concurrency or 1)]

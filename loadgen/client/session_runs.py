@@ -1,6 +1,7 @@
 """Sessions as the engine runs them: each turn sent in order, and a record for every turn.
 
-Each session runs in a task of its own (a ``_Run``), its turns one after another: turn k+1
+Each session runs in a task of its own (a ``_Run``; a closed-loop user runs its sessions in its
+own task, one after another: ``run_here``), its turns one after another: turn k+1
 is due ``think_ns`` after turn k's answer ended. A session cannot go on without its answer,
 so after a turn that failed its later turns are ``not_sent``; so are the turns a stop or the
 end of the drain leaves unsent. A stop cuts every session that has nothing on the wire (it
@@ -33,6 +34,7 @@ from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, no
 from loadgen.client.protocol.tallies import Tally, new_tally
 from loadgen.client.protocol.template import Learned
 from loadgen.client.request_timer import RequestTimer
+from loadgen.client.slots import Slots
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
 from loadgen.records import Record, RecordWriter
@@ -116,7 +118,8 @@ class SessionRuns:
         self.idle.set()
         self._top: set[asyncio.Future[Any]] = set()
         self._runs: dict[asyncio.Task[Any], _Run] = {}
-        self._slots = asyncio.Semaphore(1)
+        self._slots = Slots(1)
+        self._all_cut = False  # the end of the drain cut every session (cut_all)
         self._seq = 0
         self._routes: dict[tuple[str, str], Route] = {}
         self._learned: dict[Route, Learned] = {}  # each route's content template (protocol.template)
@@ -130,7 +133,7 @@ class SessionRuns:
         return found
 
     def open(self, max_inflight: int) -> None:
-        self._slots = asyncio.Semaphore(max_inflight)
+        self._slots = Slots(max_inflight)
 
     @property
     def busy(self) -> bool:
@@ -159,14 +162,42 @@ class SessionRuns:
             self.track(task)
         return task
 
+    async def run_here(self, session: Session, t_start: int) -> None:
+        """Run ``session`` in the calling task (a closed-loop user's, which runs one session at a
+        time), as ``spawn``'s own task would, and return when it ended, however it ended: cut
+        off by the engine (a stop), it returns; the caller's own cancellation (the end of the
+        drain cuts the users too) goes on. No task, no gather: ~4 us a request less than
+        spawning one and waiting for it (benchmarks/client_capacity.py, 1-token answers)."""
+        task = asyncio.current_task()
+        assert task is not None, "run_here() outside a task"
+        run = _Run(session, t_start)
+        run.task = task
+        self._runs[task] = run
+        try:
+            await self._session(run)
+        except asyncio.CancelledError:
+            if run.cut is None or self._all_cut:
+                raise
+            uncancel = getattr(task, "uncancel", None)  # 3.11 on: the cut's cancel taken back
+            if uncancel is not None and uncancel() > 0:
+                raise  # cancelled by someone else too
+        except Exception as e:
+            self._bug(e)
+        finally:
+            self._runs.pop(task, None)
+
     def _ended(self, task: asyncio.Task[None]) -> None:
         run = self._runs.pop(task, None)
         if run is not None and not run.started:  # cancelled before it ran: every turn is still owed
             self.record_unsent(run.session, 0, run.t_start, f"not sent: {run.cut or 'cancelled before it started'}")
-        if not task.cancelled() and task.exception() is not None:  # a bug: counted and shown
-            e, live = task.exception(), self.engine.live
-            live.internal_errors += 1
-            live.last_error = self.engine.say(f"session: {type(e).__name__}: {e}")
+        if not task.cancelled() and task.exception() is not None:
+            self._bug(task.exception())
+
+    def _bug(self, e: BaseException | None) -> None:
+        """A session's task raised (a bug): counted and shown."""
+        live = self.engine.live
+        live.internal_errors += 1
+        live.last_error = self.engine.say(f"session: {type(e).__name__}: {e}")
 
     def cut_unsent(self, cause: str) -> None:
         """A stop: every session with nothing on the wire ends now, its turns ``not_sent``."""
@@ -176,6 +207,7 @@ class SessionRuns:
 
     async def cut_all(self, cause: str) -> None:
         """The end of the drain: every session ends now (on the wire: ``cancelled``)."""
+        self._all_cut = True
         for run in list(self._runs.values()):
             run.cut_off(cause)
         for task in list(self._top):
@@ -281,16 +313,16 @@ class SessionRuns:
         headers = {**self.headers, **ids}
         ex = run.ex = Exchange(seq, body, headers, t_sched)
         me: RequestTimer | None = None
+        slots = self._slots
         try:
-            if self._slots.locked():
+            if not slots.take():
                 live.capped += 1
-            async with self._slots:
+                await slots.wait()
+            try:
                 if engine.stopped:  # a slot freed after the stop: nothing more goes out
                     return self._unsent(rec, f"not sent: {engine.stop_cause}"), "", ()
                 # its timeouts run from its instant (a request prepared early is not waiting yet)
-                me = RequestTimer(
-                    asyncio.current_task(), tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock
-                )
+                me = RequestTimer(run.task, tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock)
                 live.inflight += 1
                 self.last_instant = max(self.last_instant, t_sched)
                 try:
@@ -300,6 +332,8 @@ class SessionRuns:
                     live.inflight -= 1
                     if ex.t_sent is not None:  # after the exchange: hashing never delays a write
                         self._fingerprint(run, turn_no, turn, body)
+            finally:
+                slots.give()
         except asyncio.CancelledError:
             if me is not None and me.why:  # cut off by a timeout: recorded as that, the session ends
                 rec.status, rec.error = "timeout", me.why
