@@ -33,7 +33,7 @@ from loadgen.client.fingerprint import Traffic, first_request, later_request
 from loadgen.client.outcome import Say, fill, judge, judge_error, new_record, not_sent
 from loadgen.client.protocol.tallies import Tally, new_tally
 from loadgen.client.protocol.template import Learned
-from loadgen.client.request_timer import RequestTimer
+from loadgen.client.request_timer import Limits, RequestTimer
 from loadgen.client.slots import Slots
 from loadgen.client.transport import SEQ_HEADER, Exchange, Transport
 from loadgen.clock import Clock, sleep_until
@@ -119,6 +119,7 @@ class SessionRuns:
         self._top: set[asyncio.Future[Any]] = set()
         self._runs: dict[asyncio.Task[Any], _Run] = {}
         self._slots = Slots(1)
+        self._limits: Limits | None = None  # the run's timeouts (``open``)
         self._all_cut = False  # the end of the drain cut every session (cut_all)
         self._seq = 0
         self._routes: dict[tuple[str, str], Route] = {}
@@ -134,6 +135,7 @@ class SessionRuns:
 
     def open(self, max_inflight: int) -> None:
         self._slots = Slots(max_inflight)
+        self._limits = Limits(self.engine.cfg.timeouts, self.engine.clock)
 
     @property
     def busy(self) -> bool:
@@ -322,7 +324,8 @@ class SessionRuns:
                 if engine.stopped:  # a slot freed after the stop: nothing more goes out
                     return self._unsent(rec, f"not sent: {engine.stop_cause}"), "", ()
                 # its timeouts run from its instant (a request prepared early is not waiting yet)
-                me = RequestTimer(run.task, tally, max(engine.clock(), t_sched), cfg.timeouts, engine.clock)
+                assert self._limits is not None, "a request before open()"
+                me = RequestTimer(run.task, tally, max(engine.clock(), t_sched), self._limits)
                 live.inflight += 1
                 self.last_instant = max(self.last_instant, t_sched)
                 try:
