@@ -49,6 +49,12 @@ def _size_of(line: bytes) -> int | None:
     return size
 
 
+# heads parsed (status, version, headers, keep-alive): a server repeats its own. Their headers
+# dicts are shared by every answer with that head: read, never written.
+_HEADS: dict[bytes, tuple[int, bytes, dict[str, str], bool]] = {}
+_KEPT_HEADS = 256  # distinct heads kept (emptied when full: a Date header makes a new one each second)
+
+
 class ParseError(ValueError):
     """The answer is not HTTP/1.1 as it must be; ``in_body``: it went wrong after a whole head."""
 
@@ -203,6 +209,26 @@ class ResponseParser:
             start = nl + 2
 
     def _parse_head(self, head: bytes) -> None:
+        known = _HEADS.get(head)
+        if known is None:
+            known = self._read_head(head)
+            if known[0] < 100 or known[0] >= 200:  # (an interim head is never the answer's)
+                if len(_HEADS) >= _KEPT_HEADS:
+                    _HEADS.clear()
+                _HEADS[head] = known
+        status, version, headers, self.keep_alive = known
+        if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
+            return
+        self.status, self.version, self.headers = status, version, headers
+        self.sink.head(status, headers)
+        self._frame(status, headers)
+
+    @staticmethod
+    def _read_head(head: bytes) -> tuple[int, bytes, dict[str, str], bool]:
+        """The status, version and headers of a whole head, and whether it lets the connection
+        carry another request (``ParseError`` if it is not a head). Each
+        distinct head is read once (``_HEADS``): an endpoint's answers repeat a few heads, and
+        reading one costs ~3 us a request, a lookup ~0.1."""
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         version = parts[0]
@@ -222,13 +248,9 @@ class ResponseParser:
                 headers[key] = f"{headers[key]}, {text}"
             else:
                 headers[key] = text
-        if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
-            return
-        self.status, self.version, self.headers = status, version, headers
         conn = headers.get("connection", "").lower()
-        self.keep_alive = ("close" not in conn) if version == b"HTTP/1.1" else ("keep-alive" in conn)
-        self.sink.head(status, headers)
-        self._frame(status, headers)
+        keep_alive = ("close" not in conn) if version == b"HTTP/1.1" else ("keep-alive" in conn)
+        return status, version, headers, keep_alive
 
     def _frame(self, status: int, headers: dict[str, str]) -> None:
         coding = headers.get("transfer-encoding")
