@@ -124,6 +124,7 @@ class SessionRuns:
         self._seq = 0
         self._routes: dict[tuple[str, str], Route] = {}
         self._learned: dict[Route, Learned] = {}  # each route's content template (protocol.template)
+        self._model_json = orjson.dumps(engine.cfg.model)  # (what the salt-free fingerprint leaves out)
 
     def route(self, turn: Turn) -> Route:
         """Where ``turn``'s request goes (worked out once per stage and API)."""
@@ -376,7 +377,7 @@ class SessionRuns:
         if turn_no == 0:
             salt = run.session.salt
             salt_json = orjson.dumps(salt)[1:-1] if salt else b""
-            run.last, run.first = first_request(body, salt_json, orjson.dumps(self.engine.cfg.model))
+            run.last, run.first = first_request(body, salt_json, self._model_json)
             self.engine.traffic.add(run.last, run.first)
             return
         # what it adds: a tool result per call of the previous answer (if it called), and its text

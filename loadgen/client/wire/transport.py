@@ -102,7 +102,7 @@ class LeanTransport:
     async def exchange(self, ex: Exchange, on_read: OnRead) -> None:
         pool = self._pool
         assert pool is not None, "exchange() outside open()"
-        conn = await pool.take()
+        conn = pool.idle_one() or await pool.take()
         try:
             await self._once(conn, ex, on_read)
         except Failure as f:
