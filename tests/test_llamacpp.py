@@ -169,9 +169,9 @@ def test_sweep_two_rates(llama: LlamaServer, tmp_path: Path, capsys: pytest.Capt
             "--rates",
             "2,4",
             "--point-duration",
-            "2",
+            "1",  # what is checked: two points, every answer whole, the folder written; not the figures
             "--warmup",
-            "0.5",
+            "0.25",
             "--arrival",
             "constant",
             "--input-tokens",
