@@ -58,15 +58,15 @@ import orjson
 from hostile_behaviours import BEHAVIOURS, Behaviour, Handler, models_of, not_found, ok, unknown
 from hostile_wire import CAP_BYTES, CAP_S, Capped, Request, Response, Served
 
+from loadgen.sim.thread import run_in_thread
+
+__all__ = ["HostileServer", "Served", "serve_in_thread"]
+
 # A new connection's first request head is read for this long at least, not just cap_s: its client
 # sent it with the connect, so only the server's own loop can be late reading it (a flood of
 # connections on a loaded box: with cap_s 1 s, a head read late was dropped unlogged). Bounded all
 # the same, so a client that connects and says nothing is still closed.
 FIRST_HEAD_S = 10.0
-
-from loadgen.sim.thread import run_in_thread
-
-__all__ = ["HostileServer", "Served", "serve_in_thread"]
 
 # -- the server ----------------------------------------------------------------------------
 _ROUTES = (
