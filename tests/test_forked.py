@@ -40,3 +40,30 @@ def test_an_answer_that_does_not_pickle_is_an_error_said_in_words() -> None:
 def test_work_already_done_is_its_answer() -> None:
     assert Beside.done(7).result() == 7
     assert Beside.done(None).exception() is None
+
+
+def test_the_time_series_computed_beside_is_the_one_computed_here() -> None:
+    from report_scale_run import varied_table
+
+    from loadgen.analysis.timeseries import start_timeseries, timeseries
+
+    here = timeseries(varied_table())
+    table = varied_table()  # (a table of its own: Cols.of keeps what was computed per table)
+    start_timeseries(table)
+    assert timeseries(table) == here and here
+
+
+def test_rows_started_beside_and_dropped_leave_no_child_behind() -> None:
+    from report_scale_run import varied_table
+
+    from loadgen.analysis.columns import Cols
+    from loadgen.analysis.timeseries import drop_timeseries, start_timeseries
+
+    table = varied_table()
+    start_timeseries(table)
+    [pending] = [v for v in Cols.of(table).memo.values() if isinstance(v, Beside)]
+    drop_timeseries(table)
+    assert not any(isinstance(v, Beside) for v in Cols.of(table).memo.values())
+    if pending.pid is not None:  # reaped: no such child any more
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pending.pid, os.WNOHANG)

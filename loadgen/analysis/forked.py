@@ -35,6 +35,11 @@ class Beside(Generic[T]):
         self._pid, self._fd, self._future = pid, read_fd, future
         self._outcome: tuple[bool, object] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None where the work ran in a thread, or was already done)."""
+        return self._pid
+
     @classmethod
     def done(cls, value: T) -> Beside[T]:
         """Work already done: its answer."""

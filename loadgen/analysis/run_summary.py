@@ -19,7 +19,7 @@ from loadgen.analysis.metrics import SLO, Summary, summarize, summary_to_json
 from loadgen.analysis.pipeline import PipelineFigures, pipeline_figures, pipeline_view
 from loadgen.analysis.pooled import PooledFigures, pooled_figures
 from loadgen.analysis.sessions import SessionSummary, session_summary
-from loadgen.analysis.timeseries import timeseries
+from loadgen.analysis.timeseries import drop_timeseries, start_timeseries, timeseries
 from loadgen.analysis.tool_use import ToolUse, tool_use
 from loadgen.analysis.validity import (
     VALID,
@@ -105,6 +105,8 @@ def summarize_run(
     window = choose_window(table, warmup_s=warm, cooldown_s=cool)
     # in_window and the figures' own columns, written into records.parquet while the figures are computed
     written = start_annotate_run(Path(run_dir), window, table=records) if write else None
+    if write:  # summary.json's time series, computed beside the figures too
+        start_timeseries(table)
     try:
         summary = summarize(table, window, slo)
         sessions = session_summary(table, window)
@@ -133,6 +135,8 @@ def summarize_run(
     except BaseException:
         if written is not None:
             written.exception()  # the rewrite finished (its own error, if any, second to this one)
+        if write:
+            drop_timeseries(table)
         raise
     if written is not None:
         written.result()

@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 
 from loadgen.analysis.chunk_walk import ChunkBlock, chunk_blocks, every_chunk_has_tokens, gaps
 from loadgen.analysis.columns import Cols, Floats, Ints, Mask, Tokens, ms
+from loadgen.analysis.forked import Beside, start_beside
 from loadgen.analysis.interval_counts import (
     ClosingCounter,
     IntervalCounter,
@@ -24,7 +25,15 @@ from loadgen.analysis.interval_counts import (
 )
 from loadgen.analysis.window import MetricsError
 
-__all__ = ["IntervalHistograms", "timeseries", "iter_interval_histograms", "chart_interval", "CHART_INTERVALS"]
+__all__ = [
+    "IntervalHistograms",
+    "timeseries",
+    "start_timeseries",
+    "drop_timeseries",
+    "iter_interval_histograms",
+    "chart_interval",
+    "CHART_INTERVALS",
+]
 
 
 @dataclass
@@ -210,6 +219,13 @@ def timeseries(table: pa.Table, interval_s: float = 1.0) -> list[dict[str, Any]]
     if table.num_rows == 0:
         return []
     c = Cols.of(table)
+    pending = c.memo.pop(_BESIDE, None)
+    if isinstance(pending, Beside):  # computed beside (``start_timeseries``): its rows
+        c.memo.update(pending.result())
+    return _timeseries(table, c, interval_s)
+
+
+def _timeseries(table: pa.Table, c: Cols, interval_s: float) -> list[dict[str, Any]]:
     wanted = tuple(dict.fromkeys((interval_s, chart_interval(table))))
     missing = tuple(i for i in wanted if ("timeseries", i) not in c.memo)
     if missing:
@@ -217,6 +233,39 @@ def timeseries(table: pa.Table, interval_s: float = 1.0) -> list[dict[str, Any]]
             c.memo[("timeseries", i)] = _rows(series, i)
     rows: list[dict[str, Any]] = c.memo[("timeseries", interval_s)]
     return rows
+
+
+def start_timeseries(table: pa.Table, interval_s: float = 1.0) -> None:
+    """Start computing ``timeseries(table, interval_s)`` (and the chart's rows) beside the
+    figures computed meanwhile, in a forked child (``forked.start_beside``: on the other core,
+    the table's columns shared copy-on-write); ``timeseries`` takes its rows when asked for them,
+    or raises what computing them raised."""
+    if table.num_rows == 0:
+        return
+    c = Cols.of(table)  # (converted here, once, for both processes)
+    if _BESIDE not in c.memo and ("timeseries", interval_s) not in c.memo:
+        c.memo[_BESIDE] = start_beside(lambda: _computed(table, interval_s))
+
+
+def drop_timeseries(table: pa.Table) -> None:
+    """Wait for rows ``start_timeseries`` began and drop them (the report failed before asking
+    for them): the child is reaped, not left behind, and its own error, if any, is second to the
+    report's."""
+    if table.num_rows == 0:
+        return
+    pending = Cols.of(table).memo.pop(_BESIDE, None)
+    if isinstance(pending, Beside):
+        pending.exception()
+
+
+_BESIDE = ("timeseries", "beside")  # Cols.memo's key of the rows being computed beside
+
+
+def _computed(table: pa.Table, interval_s: float) -> dict[tuple[str, float], list[dict[str, Any]]]:
+    c = Cols.of(table)
+    _timeseries(table, c, interval_s)
+    memo = c.memo
+    return {k: v for k, v in memo.items() if isinstance(k, tuple) and k[0] == "timeseries" and k != _BESIDE}
 
 
 def _rows(series: _Series, interval_s: float) -> list[dict[str, Any]]:

@@ -90,8 +90,11 @@ class FirstPass:
             bm2 = float(np.square(v - bmean).sum())
         else:
             bn = int(k.sum())
-            bmean = float(np.dot(v, kf) / bn)
-            bm2 = float(np.dot(kf, (v - bmean) ** 2))
+            # (einsum's own loop, not np.dot: BLAS splits a dot product over its threads, so its last
+            # bits depend on the machine's cores, and its threads spin on the core beside the report's)
+            bmean = float(np.einsum("i,i->", v, kf) / bn)
+            dev = v - bmean
+            bm2 = float(np.einsum("i,i,i->", kf, dev, dev))
         total = self.n + bn
         delta = bmean - self.mean
         self.mean += delta * bn / total
