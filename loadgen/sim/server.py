@@ -75,6 +75,12 @@ class SimServer:
             ]
         )
 
+    @property
+    def received(self) -> int:
+        """The run's requests this server has read so far (loadgen's probes aside): what a caller
+        waits on to know every request is on the wire."""
+        return self._seq
+
     # -- lifecycle ---------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False) -> str:
         # Everything allocated so far (modules, aiohttp, numpy) lives as long as the server: keep it
