@@ -262,10 +262,9 @@ _BESIDE = ("timeseries", "beside")  # Cols.memo's key of the rows being computed
 
 
 def _computed(table: pa.Table, interval_s: float) -> dict[tuple[str, float], list[dict[str, Any]]]:
-    c = Cols.of(table)
+    c = Cols.of(table)  # (forked before the parent's memo held _BESIDE: not among these)
     _timeseries(table, c, interval_s)
-    memo = c.memo
-    return {k: v for k, v in memo.items() if isinstance(k, tuple) and k[0] == "timeseries" and k != _BESIDE}
+    return {k: v for k, v in c.memo.items() if isinstance(k, tuple) and k[0] == "timeseries"}
 
 
 def _rows(series: _Series, interval_s: float) -> list[dict[str, Any]]:
