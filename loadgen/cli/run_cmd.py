@@ -184,11 +184,12 @@ def main(args: argparse.Namespace) -> int:
             raise
         print(f"no report: {e}")  # stopped before anything could be summarised
     else:
-        from loadgen.report.html import write_report
         from loadgen.report.terminal import print_run
 
         print_run(report)
         if getattr(args, "report", True):
+            from loadgen.report.html import write_report  # matplotlib's half second, only for a report
+
             print(f"report: {write_report(out, table=records)}")
     cut = result.cut_inflight if result.drain_cut else None
     return ending(result.interrupted, result.stop_reason, cut, result.failure) or gate_after_run(out, args)
