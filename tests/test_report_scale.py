@@ -24,7 +24,7 @@ import pytest
 from report_scale_run import varied_table
 
 from loadgen import record_annotation, record_compact
-from loadgen.analysis import forked, interval_counts, selection
+from loadgen.analysis import forked, interval_counts, selection, value_buckets
 from loadgen.analysis import timeseries as timeseries_module
 from loadgen.analysis.annotate import annotate_run
 from loadgen.analysis.chunk_walk import chunk_blocks, itl_icl
@@ -209,6 +209,30 @@ def test_ranks_beyond_the_finely_counted_octaves_are_exact_too() -> None:
     expanded = np.sort(np.concatenate([np.repeat(v, k) for v, k in blocks]))
     ranks = np.arange(0, expanded.size, 7)  # first-pass and fine buckets alike, in the same passes
     assert np.array_equal(selection.order_statistics(blocks.copy, ranks), expanded[ranks])
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_first_pass_counts_are_each_samples_bucket_whether_inside_the_fine_window_or_not(weighted: bool) -> None:
+    # after the first block only the fine window is counted whole: its sums per bucket, plus the
+    # samples outside it, must be the first-pass counts of every sample, and the fine counts its own
+    rng = np.random.default_rng(11)
+    blocks = [np.concatenate([rng.lognormal(3.0, 0.4, 5000), rng.lognormal(0.0, 9.0, 500), [0.0, -1.5]])]
+    blocks += [rng.lognormal(3.0 + i, 0.4 + i, 5000) for i in range(3)]  # later ones drift past the window
+    weights = [rng.integers(1, 4, b.size) if weighted else None for b in blocks]
+    pairs = list(zip(blocks, weights, strict=True))
+    first = selection.first_passes(lambda: ([pair] for pair in pairs), 1)[0]
+    keys = np.concatenate([value_buckets.ordered(b) >> value_buckets.FINE_SHIFT for b in blocks])
+    each = np.concatenate([np.ones(b.size, dtype=np.int64) if w is None else w for b, w in pairs])
+    shift = value_buckets.KEY_SHIFT - value_buckets.FINE_SHIFT
+    want = np.bincount((keys >> shift) + value_buckets.KEYS // 2, weights=each, minlength=value_buckets.KEYS)
+    assert np.array_equal(first.counts, want.astype(np.int64))
+    assert first.fine is not None
+    at = keys - first.fine0
+    inside = (at >= 0) & (at < value_buckets.FINE)
+    assert 0 < inside.sum() < keys.size  # both paths taken
+    fine = np.bincount(at[inside], weights=each[inside], minlength=value_buckets.FINE)
+    assert np.array_equal(first.fine, fine.astype(np.int64))
+    assert first.n == int(each.sum())
 
 
 # --------------------------------------------------------------------------- the passes over the records

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from loadgen.analysis.columns import Floats
+from loadgen.analysis.columns import Floats, Mask
 
 __all__ = ["KEY_SHIFT", "KEYS", "FINE_SHIFT", "FINE", "FirstPass", "ordered", "value_of", "clean_weighted"]
 
@@ -27,6 +27,7 @@ KEY_SHIFT = 44  # first-pass buckets: the top 20 bits of a float's ordered bits
 KEYS = 1 << (64 - KEY_SHIFT)
 FINE_SHIFT = 36  # fine buckets: the top 28 bits (256 in each first-pass bucket)
 FINE = 1 << 19  # fine buckets counted: 2,048 first-pass buckets, 8 octaves
+_PER_KEY = 1 << (KEY_SHIFT - FINE_SHIFT)  # fine buckets per first-pass bucket
 _SIGNLESS = np.int64(0x7FFFFFFFFFFFFFFF)
 
 
@@ -87,14 +88,16 @@ class FirstPass:
         if k is None or kf is None:
             bn = v.size
             bmean = float(v.sum() / bn)
-            bm2 = float(np.square(v - bmean).sum())
+            dev = v - bmean
+            bm2 = float(np.einsum("i,i->", dev, dev))
         else:
             bn = int(k.sum())
             # (einsum's own loop, not np.dot: BLAS splits a dot product over its threads, so its last
             # bits depend on the machine's cores, and its threads spin on the core beside the report's)
             bmean = float(np.einsum("i,i->", v, kf) / bn)
             dev = v - bmean
-            bm2 = float(np.einsum("i,i,i->", kf, dev, dev))
+            dev *= dev  # (in place: einsum of two operands has a fast loop, of three a slow one)
+            bm2 = float(np.einsum("i,i->", kf, dev))
         total = self.n + bn
         delta = bmean - self.mean
         self.mean += delta * bn / total
@@ -106,19 +109,42 @@ class FirstPass:
             self.not_positive += int(low.sum()) if k is None else int(k[low].sum())
 
     def _count(self, fine_keys: NDArray[np.int64], kf: Floats | None) -> None:
-        """The block's samples counted per bucket, from their fine keys (ordered bits >> ``FINE_SHIFT``)."""
-        got = np.bincount((fine_keys >> (KEY_SHIFT - FINE_SHIFT)) + KEYS // 2, weights=kf, minlength=KEYS)
-        self.counts += got if kf is None else got.astype(np.int64)
-        if not self.finely:
+        """The block's samples counted per bucket, from their fine keys (ordered bits >> ``FINE_SHIFT``).
+        Once the fine window is placed, one count over it serves both: its sums per first-pass
+        bucket are those buckets' counts (the window starts on a bucket's edge), and only the
+        samples outside it are counted per first-pass bucket."""
+        if self.fine is not None:
+            fine, out = self._fine_window(self.fine, fine_keys, kf)
+            c0 = (self.fine0 >> (KEY_SHIFT - FINE_SHIFT)) + KEYS // 2
+            self.counts[c0 : c0 + FINE // _PER_KEY] += fine.reshape(-1, _PER_KEY).sum(axis=1)
+            if out.any():
+                self._count_keys(fine_keys[out], None if kf is None else kf[out])
             return
-        if self.fine is None:  # the first block: the fine buckets about its median
+        got = self._count_keys(fine_keys, kf)
+        if self.finely:  # the first block: the fine buckets about its median
             median = int(np.searchsorted(np.cumsum(got), got.sum() / 2))
             self.fine0 = ((median - KEYS // 2) << (KEY_SHIFT - FINE_SHIFT)) - FINE // 2
             self.fine = np.zeros(FINE, dtype=np.int64)
+            self._fine_window(self.fine, fine_keys, kf)
+
+    def _count_keys(self, fine_keys: NDArray[np.int64], kf: Floats | None) -> NDArray[Any]:
+        """``fine_keys``' samples added to the first-pass counts; the block's counts."""
+        got = np.bincount((fine_keys >> (KEY_SHIFT - FINE_SHIFT)) + KEYS // 2, weights=kf, minlength=KEYS)
+        self.counts += got if kf is None else got.astype(np.int64)
+        return got
+
+    def _fine_window(
+        self, counts: NDArray[np.int64], fine_keys: NDArray[np.int64], kf: Floats | None
+    ) -> tuple[NDArray[np.int64], Mask]:
+        """``fine_keys``' samples in the fine window added to its ``counts``: the block's counts
+        there, and which samples lie outside."""
         at = fine_keys - self.fine0
-        at[at.view(np.uint64) >= FINE] = FINE  # (outside: the last bin, dropped)
-        fine = np.bincount(at, weights=kf, minlength=FINE + 1)[:FINE]
-        self.fine += fine if kf is None else fine.astype(np.int64)
+        out: Mask = at.view(np.uint64) >= FINE
+        at[out] = FINE  # (outside: the last bin, dropped)
+        got = np.bincount(at, weights=kf, minlength=FINE + 1)[:FINE]
+        fine = got if kf is None else got.astype(np.int64)
+        counts += fine
+        return fine, out
 
     def fine_counts(self, key: int) -> NDArray[np.int64] | None:
         """The fine counts of first-pass bucket ``key`` (signed, as a target's), None where they

@@ -24,6 +24,7 @@ from loadgen import __version__
 from loadgen.cli.command_secrets import secrets_of
 from loadgen.cli.flags import Parser, error_line
 from loadgen.errors import LoadgenError
+from loadgen.heap import keep_freed_memory
 
 # Each module exposes add_parser(subparsers); a missing optional one is skipped.
 COMMANDS = (
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    keep_freed_memory()  # the analysis's block temporaries reuse the heap (loadgen.heap)
     try:
         return int(args.func(args) or 0)
     except LoadgenError as e:
