@@ -28,6 +28,11 @@ its tokens summed from the open intervals' table, the blocks' spans found once f
 Then, on a fresh machine of the same kind, the rewrite and the time series each in a forked child
 beside the figures, FirstPass's sums by einsum (no BLAS threads): 30.8-32.1 s (44-46 s CPU) ->
 24.2-25.4 s (38-40 s CPU), 2.5 GiB both, at 1,000,000 (load 1.8, alone); 7.1 -> 6.7 s at 100,000.
+Then, on a faster VM of the same kind (its speed drifting by a third within minutes; the two
+alternated, three of each): the CLI keeping the C heap's freed memory (loadgen.heap), blocks of
+2 Mi chunks, ITL's first pass counting its fine window once, two row groups read at a time:
+15.4-19.0 s (24-30 s CPU) -> 13.3-14.6 s (23-25 s CPU) at 1,000,000, 11.0-11.4 s at a quieter
+moment, peak 2.5 GiB both (load 1.3-2.0); 4.6-5.8 -> 3.5-5.2 s at 100,000.
 """
 
 from __future__ import annotations
