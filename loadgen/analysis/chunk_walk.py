@@ -22,7 +22,7 @@ from loadgen.analysis.columns import Cols, Floats, Ints, Mask, Tokens
 
 __all__ = ["ChunkBlock", "chunk_blocks", "gaps", "itl_icl", "itl_icl_blocks", "chunk_tokens", "every_chunk_has_tokens"]
 
-_BLOCK_CHUNKS = 1 << 21  # chunks per block of ``chunk_blocks``: each temporary 16 MB at most (loadgen.heap)
+_BLOCK_CHUNKS = 1 << 21  # chunks per block of ``chunk_blocks``: a temporary ~16 MB, under loadgen.heap's 32
 
 
 @dataclass(eq=False)
