@@ -16,7 +16,6 @@ analyse records; the others allocate too little for it to matter.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 __all__ = ["MMAP_THRESHOLD", "keep_freed_memory"]
@@ -33,8 +32,7 @@ def keep_freed_memory() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # (the process's own symbols: its C library's, no search)
     except (OSError, AttributeError):  # musl has no mallopt; nothing of this applies
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

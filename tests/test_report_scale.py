@@ -211,6 +211,19 @@ def test_ranks_beyond_the_finely_counted_octaves_are_exact_too() -> None:
     assert np.array_equal(selection.order_statistics(blocks.copy, ranks), expanded[ranks])
 
 
+def test_a_fine_window_over_the_end_of_the_buckets_counts_every_sample_too() -> None:
+    # a median near the floats' largest magnitude: its fine window reaches past the last bucket
+    rng = np.random.default_rng(12)
+    blocks = [np.float64(1.7e308) * (0.5 + 0.5 * rng.random(3000)) for _ in range(3)]
+    with np.errstate(over="ignore", invalid="ignore"):  # (the mean of such values overflows: not counted here)
+        first = selection.first_passes(lambda: ([(b, None)] for b in blocks), 1)[0]
+    keys = np.concatenate([value_buckets.ordered(b) >> value_buckets.FINE_SHIFT for b in blocks])
+    shift = value_buckets.KEY_SHIFT - value_buckets.FINE_SHIFT
+    want = np.bincount((keys >> shift) + value_buckets.KEYS // 2, minlength=value_buckets.KEYS)
+    assert (first.fine0 >> shift) + value_buckets.KEYS // 2 + value_buckets.FINE // (1 << shift) > value_buckets.KEYS
+    assert np.array_equal(first.counts, want) and first.n == keys.size
+
+
 @pytest.mark.parametrize("weighted", [True, False])
 def test_first_pass_counts_are_each_samples_bucket_whether_inside_the_fine_window_or_not(weighted: bool) -> None:
     # after the first block only the fine window is counted whole: its sums per bucket, plus the

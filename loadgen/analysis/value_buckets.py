@@ -112,20 +112,23 @@ class FirstPass:
         """The block's samples counted per bucket, from their fine keys (ordered bits >> ``FINE_SHIFT``).
         Once the fine window is placed, one count over it serves both: its sums per first-pass
         bucket are those buckets' counts (the window starts on a bucket's edge), and only the
-        samples outside it are counted per first-pass bucket."""
-        if self.fine is not None:
+        samples outside it are counted per first-pass bucket. (A window hanging over an end of the
+        first-pass buckets, about a median near the floats' largest magnitudes, counts both.)"""
+        c0 = (self.fine0 >> (KEY_SHIFT - FINE_SHIFT)) + KEYS // 2
+        if self.fine is not None and 0 <= c0 <= KEYS - FINE // _PER_KEY:
             fine, out = self._fine_window(self.fine, fine_keys, kf)
-            c0 = (self.fine0 >> (KEY_SHIFT - FINE_SHIFT)) + KEYS // 2
             self.counts[c0 : c0 + FINE // _PER_KEY] += fine.reshape(-1, _PER_KEY).sum(axis=1)
             if out.any():
                 self._count_keys(fine_keys[out], None if kf is None else kf[out])
             return
         got = self._count_keys(fine_keys, kf)
-        if self.finely:  # the first block: the fine buckets about its median
+        if not self.finely:
+            return
+        if self.fine is None:  # the first block: the fine buckets about its median
             median = int(np.searchsorted(np.cumsum(got), got.sum() / 2))
             self.fine0 = ((median - KEYS // 2) << (KEY_SHIFT - FINE_SHIFT)) - FINE // 2
             self.fine = np.zeros(FINE, dtype=np.int64)
-            self._fine_window(self.fine, fine_keys, kf)
+        self._fine_window(self.fine, fine_keys, kf)
 
     def _count_keys(self, fine_keys: NDArray[np.int64], kf: Floats | None) -> NDArray[Any]:
         """``fine_keys``' samples added to the first-pass counts; the block's counts."""
