@@ -3,17 +3,31 @@
 One fast fake SSE server in a separate process (pinned to its own core, on uvloop, so it is not
 the bottleneck) writes one event per token, each its own write (a round over every stream's next
 token, then a turn of its loop), as a serving engine streams. The client (this process, pinned to
-the other core) is measured three ways in one run, so their ratios are taken together:
+the other core) is measured four ways in one run, so their ratios are taken together:
 
   raw      a bare uvloop Protocol that sends a prepared request and only stamps each read (the
            floor: what reading costs on this machine before any HTTP, SSE or record work);
+  least    the same Protocol doing the least that measuring a stream takes, in plain Python: a
+           distinct prompt's JSON body per request, the status line, chunked framing, each SSE
+           event parsed and its content counted, first and last token stamped, a tuple kept per
+           request (no schedule, timeouts, fingerprint, validation, record or file): how close
+           to raw a client written in Python comes before it does any of loadgen's work;
   lean     loadgen's engine on its own HTTP/1.1 (``--transport lean``, client/wire);
   aiohttp  loadgen's engine on aiohttp (``--transport aiohttp``).
 
-  (a) client CPU per streamed token: 64 closed-loop streams of 512 tokens in / 128 out, server
-      writing back to back; the median of 3 runs of 20 rounds each, after a warm-up run. The
-      fixed cost per request is the CPU per request of answers of one token (the same runs
-      with 1-token answers); the marginal cost per further token follows from the two.
+  (a) client CPU per streamed token: 64 closed-loop streams of 512 tokens in / 128 out; the
+      median of 3 runs after a warm-up run (``--rounds`` 20 of every stream's request each, 4
+      paced), in two cases:
+      - back to back (issue 18's method): the server writes as fast as its core lets it. A
+        client slower than the server then finds several events waiting at each read, and
+        pays for one read where the raw client pays for each (loadgen read ~0.04 times per
+        token here, the raw client ~1.0): its CPU per token is not comparable with raw's;
+      - paced: every stream's next token on a 2 ms tick (``PACED_S``), slow enough that every
+        client keeps up and reads each event on its own, as from a serving engine's decode
+        steps: the like-for-like figure.
+      Each client's reads per token is printed beside it (for the engine: distinct arrival
+      stamps per output chunk). The fixed cost per request is the CPU per request of answers
+      of one token, back to back.
   (b) schedule lag p99 (``t_sent - t_sched``) at 400 and 800 open-loop streams (a 2 s ramp)
       with 20 ms between tokens (200 each), on one core: the server emits every stream's token
       on one shared tick, as an engine's decode step does; ITL error beside it.
@@ -26,8 +40,9 @@ the other core) is measured three ways in one run, so their ratios are taken tog
       second pass (``--traced``, apart: tracing slows the client) takes the Python heap's
       growth per stream in flight from ``tracemalloc``, when the most are in flight.
 
-Targets (issue 18): (a) lean <= 1.2x raw per token and <= 2x raw per request; (b) lag p99 <= 5 ms
-at 800 streams; (c) <= 16 KB per stream.
+Targets (issue 18): (a) lean <= 1.2x raw per token and <= 2x raw per request (least's own ratios
+show how much of either a client written in Python has left for its work); (b) lag p99 <= 5 ms at
+800 streams; (c) <= 16 KB per stream.
 
     python benchmarks/client_capacity.py [--only a|b] [--rounds 20] [--repeats 3] [--traced lean|aiohttp]
 """
@@ -167,10 +182,17 @@ def _start_server(tokens: int, gap_s: float) -> tuple[Any, int]:
 
 
 # -- the clients --------------------------------------------------------------------------------------
+class _Counts:
+    """What the connections of a bare client share: the requests still to send, the reads made."""
+
+    def __init__(self, left: int) -> None:
+        self.left, self.reads = left, 0
+
+
 class _Raw(asyncio.Protocol):
     """The floor: sends a prepared request, stamps every read, sends the next at the answer's end."""
 
-    def __init__(self, request: bytes, left: list[int], done: asyncio.Future[None]) -> None:
+    def __init__(self, request: bytes, left: _Counts, done: asyncio.Future[None]) -> None:
         self.request, self.left, self.done = request, left, done
         self.stamps: list[int] = []
         self.t: Any = None
@@ -181,13 +203,81 @@ class _Raw(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.stamps.append(time.perf_counter_ns())
+        self.left.reads += 1
         if data.endswith(b"0\r\n\r\n"):
             self.stamps = []
-            if self.left[0] > 0:
-                self.left[0] -= 1
+            if self.left.left > 0:
+                self.left.left -= 1
                 self.t.write(self.request)
             elif not self.done.done():
                 self.done.set_result(None)
+
+
+class _Least(asyncio.Protocol):
+    """The least a client written in Python must do to measure a stream, request by request."""
+
+    _TEXT = " ".join(f"w{i % 997}" for i in range(1 << 16))  # the prompts: windows of one text
+
+    def __init__(self, tokens: int, left: _Counts, done: asyncio.Future[None], kept: list[tuple[int, ...]]) -> None:
+        self.max_tokens, self.left, self.done, self.kept = tokens, left, done, kept
+        self.t: Any = None
+        self.seq = self.status = self.tokens = self.t_sent = self.t_first = self.t_last = 0
+        self.buf = self.events = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t = transport
+        self.send()
+
+    def send(self) -> None:
+        self.seq += 1
+        at = (self.seq * 7919 + id(self)) % (len(self._TEXT) - INPUT * 4)
+        message = {"role": "user", "content": self._TEXT[at : at + INPUT * 4]}
+        body = orjson.dumps({"model": "bench", "messages": [message], "max_tokens": self.max_tokens, "stream": True})
+        self.status = self.tokens = self.t_first = self.t_last = 0
+        self.buf = self.events = b""
+        self.t_sent = time.perf_counter_ns()
+        self.t.write(b"%s%d\r\n\r\n%s" % (_LEAST_HEAD, len(body), body))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        self.left.reads += 1
+        buf = self.buf + data
+        if not self.status:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                self.buf = buf
+                return
+            self.status, buf = int(buf[9:12]), buf[end + 4 :]
+        ended = False
+        while (nl := buf.find(b"\r\n")) >= 0:  # chunked framing
+            size = int(buf[:nl], 16)
+            if size == 0:
+                ended, buf = True, b""
+                break
+            if len(buf) < nl + size + 4:
+                break
+            self.events += buf[nl + 2 : nl + 2 + size]
+            buf = buf[nl + size + 4 :]
+        self.buf, events = buf, self.events
+        while (k := events.find(b"\n\n")) >= 0:  # server-sent events
+            line, events = events[:k], events[k + 2 :]
+            if line.startswith(b"data: {"):
+                choices = orjson.loads(line[6:]).get("choices")
+                if choices and choices[0].get("delta", {}).get("content"):
+                    self.tokens += 1
+                    self.t_first = self.t_first or now
+                    self.t_last = now
+        self.events = events
+        if ended:
+            self.kept.append((self.seq, self.status, self.t_sent, self.t_first, self.t_last, self.tokens))
+            if self.left.left > 0:
+                self.left.left -= 1
+                self.send()
+            elif not self.done.done():
+                self.done.set_result(None)
+
+
+_LEAST_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: "
 
 
 def _request_bytes() -> bytes:
@@ -195,10 +285,10 @@ def _request_bytes() -> bytes:
     return b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-async def _raw(port: int, count: int) -> float:
-    """CPU seconds of ``count`` requests over STREAMS raw connections."""
+async def _raw(port: int, count: int) -> tuple[float, int]:
+    """CPU seconds of ``count`` requests over STREAMS raw connections, and the reads they took."""
     loop = asyncio.get_running_loop()
-    left = [count - STREAMS]
+    left = _Counts(count - STREAMS)
     dones = [loop.create_future() for _ in range(STREAMS)]
     cpu0 = time.process_time()
     request = _request_bytes()
@@ -207,7 +297,23 @@ async def _raw(port: int, count: int) -> float:
     cpu = time.process_time() - cpu0
     for t, _ in conns:
         t.close()
-    return cpu
+    return cpu, left.reads
+
+
+async def _least(port: int, count: int, tokens: int) -> tuple[float, int]:
+    """CPU seconds of ``count`` requests over STREAMS connections of ``_Least``, and its reads."""
+    loop = asyncio.get_running_loop()
+    left = _Counts(count - STREAMS)
+    dones = [loop.create_future() for _ in range(STREAMS)]
+    kept: list[tuple[int, ...]] = []
+    cpu0 = time.process_time()
+    conns = [await loop.create_connection(partial(_Least, tokens, left, d, kept), "127.0.0.1", port) for d in dones]
+    await asyncio.gather(*dones)
+    cpu = time.process_time() - cpu0
+    for t, _ in conns:
+        t.close()
+    assert len(kept) == count and all(k[1] == 200 and k[5] == tokens for k in kept), "least: answers went wrong"
+    return cpu, left.reads
 
 
 async def _engine(
@@ -261,43 +367,72 @@ def _rss() -> int:
 
 
 # -- the parts ------------------------------------------------------------------------------------------
-CLIENTS = ("raw", "lean", "aiohttp")
+CLIENTS = ("raw", "least", "lean", "aiohttp")
+
+
+PACED_S = 0.002  # (a)'s paced case: every stream's next token on this tick
+
+
+def _reads_per_chunk(path: Path, count: int, who: str) -> float:
+    """The distinct arrival stamps per output chunk of a run's records: the reads that carried
+    output, per chunk (1.0: each chunk its own read; less: several arrived in one read)."""
+    table = read_stream(path)
+    status = table.column("status").to_pylist()
+    assert status.count("ok") == count, f"{who}: the benchmark server failed requests"
+    stamps = [s or [] for s in table.column("chunk_ns").to_pylist()]
+    return sum(len(set(s)) for s in stamps) / max(sum(len(s) for s in stamps), 1)
+
+
+def _client_run(who: str, port: int, tmp: Path, tokens: int, count: int) -> tuple[float, float]:
+    """One run of ``count`` requests of ``tokens``-token answers: CPU seconds, reads per token."""
+    if who == "raw":
+        cpu, reads = aio.run(_raw(port, count))
+        return cpu, reads / (count * tokens)
+    if who == "least":
+        cpu, reads = aio.run(_least(port, count, tokens))
+        return cpu, reads / (count * tokens)
+    url = f"http://127.0.0.1:{port}/v1"
+    _, cpu, _, _, _ = aio.run(_engine(url, tokens, tmp / "a.arrows", who, count=count))
+    return cpu, _reads_per_chunk(tmp / "a.arrows", count, who)
 
 
 def part_a(tmp: Path, rounds: int, repeats: int) -> None:
-    """CPU per token (128-token answers) and per request (1-token answers) of each client."""
-    cost: dict[tuple[str, int], float] = {}  # us per token
-    count = STREAMS * rounds
-    for n in (OUTPUT, 1):
-        proc, port = _start_server(n, 0.0)
-        url = f"http://127.0.0.1:{port}/v1"
+    """CPU per token (128-token answers, back to back and paced) and per request (1-token answers)
+    of each client, with the reads each took per token."""
+    cases = (  # (name, tokens per answer, the server's tick, requests per run)
+        ("back to back", OUTPUT, 0.0, STREAMS * rounds),
+        ("paced", OUTPUT, PACED_S, STREAMS * max(rounds // 5, 2)),
+        ("1-token", 1, 0.0, STREAMS * rounds),
+    )
+    cost: dict[tuple[str, str], tuple[float, float]] = {}  # (us per token, reads per token)
+    for case, n, tick, count in cases:
+        proc, port = _start_server(n, tick)
         try:
             for who in CLIENTS:
-                runs = []
-                for i in range(repeats + 1):  # the first: imports, connections, caches
-                    if who == "raw":
-                        cpu = aio.run(_raw(port, count))
-                    else:
-                        _, cpu, _, _, _ = aio.run(_engine(url, n, tmp / "a.arrows", who, count=count))
-                        status = read_stream(tmp / "a.arrows").column("status").to_pylist()
-                        assert status.count("ok") == count, f"{who}: the benchmark server failed requests"
-                    if i:
-                        runs.append(cpu / (count * n) * 1e6)
-                cost[who, n] = float(np.median(runs))
+                runs = [_client_run(who, port, tmp, n, count) for _ in range(repeats + 1)][1:]  # the first warms
+                cost[who, case] = (
+                    float(np.median([cpu / (count * n) * 1e6 for cpu, _ in runs])),
+                    float(np.median([reads for _, reads in runs])),
+                )
         finally:
             proc.kill()
-    raw_tok, raw_req = cost["raw", OUTPUT], cost["raw", 1]
     print(
-        f"(a) {STREAMS} streams, {INPUT} in / {OUTPUT} out, one event per write, {rounds} rounds x {repeats} "
-        f"(median), {aio.loop_name()}:"
+        f"(a) {STREAMS} streams, {INPUT} in / {OUTPUT} out, one event per write, median of {repeats} runs, "
+        f"{aio.loop_name()}; us of client CPU, (x raw's), reads per token:"
     )
+    paced = f"paced ({PACED_S * 1e3:g} ms tick)"
+    print(f"    {'':8s} {'back to back':>30s} {paced:>30s} {'per request (1-token)':>24s}")
     for who in CLIENTS:
-        tok, req = cost[who, OUTPUT], cost[who, 1]
-        further = (tok * OUTPUT - req) / (OUTPUT - 1)
-        print(
-            f"    {who:8s} {tok:6.2f} us/token ({tok / raw_tok:.2f}x raw), {req:6.0f} us per request "
-            f"({req / raw_req:.2f}x raw), {further:5.2f} us per further token"
-        )
+        cells = []
+        for case in ("back to back", "paced"):
+            tok, reads = cost[who, case]
+            cells.append(f"{tok:6.2f} ({tok / cost['raw', case][0]:.2f}x), {reads:.2f} reads")
+        req = cost[who, "1-token"][0]
+        print(f"    {who:8s} {cells[0]:>30s} {cells[1]:>30s} {req:9.0f} us ({req / cost['raw', '1-token'][0]:.2f}x)")
+    print(
+        "    back to back, a client slower than the server reads several events at once (reads per token"
+        " under 1): compare per token where each client read one event a read (paced)"
+    )
     print("    targets: lean <= 1.20x raw per token, <= 2.00x raw per request")
 
 
