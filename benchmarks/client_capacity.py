@@ -27,7 +27,8 @@ the other core) is measured four ways in one run, so their ratios are taken toge
         steps: the like-for-like figure.
       Each client's reads per token is printed beside it (for the engine: distinct arrival
       stamps per output chunk). The fixed cost per request is the CPU per request of answers
-      of one token, back to back.
+      of one token, back to back; a paced answer's CPU less that, per token after the first,
+      is the cost of each further token (of reading and counting one event).
   (b) schedule lag p99 (``t_sent - t_sched``) at 400 and 800 open-loop streams (a 2 s ramp)
       with 20 ms between tokens (200 each), on one core: the server emits every stream's token
       on one shared tick, as an engine's decode step does; ITL error beside it.
@@ -421,14 +422,20 @@ def part_a(tmp: Path, rounds: int, repeats: int) -> None:
         f"{aio.loop_name()}; us of client CPU, (x raw's), reads per token:"
     )
     paced = f"paced ({PACED_S * 1e3:g} ms tick)"
-    print(f"    {'':8s} {'back to back':>30s} {paced:>30s} {'per request (1-token)':>24s}")
+    print(f"    {'':8s} {'back to back':>30s} {paced:>30s} {'per request (1-token)':>24s} {'further token':>16s}")
+    further = {}  # a paced answer's CPU less one request's fixed cost, per token after the first
+    for who in CLIENTS:
+        further[who] = (cost[who, "paced"][0] * OUTPUT - cost[who, "1-token"][0]) / (OUTPUT - 1)
     for who in CLIENTS:
         cells = []
         for case in ("back to back", "paced"):
             tok, reads = cost[who, case]
             cells.append(f"{tok:6.2f} ({tok / cost['raw', case][0]:.2f}x), {reads:.2f} reads")
         req = cost[who, "1-token"][0]
-        print(f"    {who:8s} {cells[0]:>30s} {cells[1]:>30s} {req:9.0f} us ({req / cost['raw', '1-token'][0]:.2f}x)")
+        print(
+            f"    {who:8s} {cells[0]:>30s} {cells[1]:>30s} {req:9.0f} us ({req / cost['raw', '1-token'][0]:.2f}x) "
+            f"{further[who]:6.2f} ({further[who] / further['raw']:.2f}x)"
+        )
     print(
         "    back to back, a client slower than the server reads several events at once (reads per token"
         " under 1): compare per token where each client read one event a read (paced)"
