@@ -32,7 +32,9 @@ Then, on a faster VM of the same kind (its speed drifting by a third within minu
 alternated, three of each): the CLI keeping the C heap's freed memory (loadgen.heap), blocks of
 2 Mi chunks, ITL's first pass counting its fine window once, two row groups read at a time:
 15.4-19.0 s (24-30 s CPU) -> 13.3-14.6 s (23-25 s CPU) at 1,000,000, 11.0-11.4 s at a quieter
-moment, peak 2.5 GiB both (load 1.3-2.0); 4.6-5.8 -> 3.5-5.2 s at 100,000.
+moment, peak 2.5 GiB both (load 1.3-2.0); 4.6-5.8 -> 3.5-5.2 s at 100,000. The same code on a
+fresh VM of the kind that evening, slower by a quarter to a third: 18.5-19.3 s (30-33 s CPU),
+2.4 GiB at 1,000,000 (four runs, load 0.2-1.6); 4.8-6.0 s at 100,000.
 """
 
 from __future__ import annotations
