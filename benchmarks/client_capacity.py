@@ -59,6 +59,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,8 @@ class _Counts:
 class _Raw(asyncio.Protocol):
     """The floor: sends a prepared request, stamps every read, sends the next at the answer's end."""
 
-    def __init__(self, request: bytes, left: _Counts, done: asyncio.Future[None]) -> None:
-        self.request, self.left, self.done = request, left, done
+    def __init__(self, request: bytes, counts: _Counts, done: asyncio.Future[None]) -> None:
+        self.request, self.counts, self.done = request, counts, done
         self.stamps: list[int] = []
         self.t: Any = None
 
@@ -204,11 +205,11 @@ class _Raw(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.stamps.append(time.perf_counter_ns())
-        self.left.reads += 1
+        self.counts.reads += 1
         if data.endswith(b"0\r\n\r\n"):
             self.stamps = []
-            if self.left.left > 0:
-                self.left.left -= 1
+            if self.counts.left > 0:
+                self.counts.left -= 1
                 self.t.write(self.request)
             elif not self.done.done():
                 self.done.set_result(None)
@@ -219,8 +220,8 @@ class _Least(asyncio.Protocol):
 
     _TEXT = " ".join(f"w{i % 997}" for i in range(1 << 16))  # the prompts: windows of one text
 
-    def __init__(self, tokens: int, left: _Counts, done: asyncio.Future[None], kept: list[tuple[int, ...]]) -> None:
-        self.max_tokens, self.left, self.done, self.kept = tokens, left, done, kept
+    def __init__(self, tokens: int, kept: list[tuple[int, ...]], counts: _Counts, done: asyncio.Future[None]) -> None:
+        self.max_tokens, self.kept, self.counts, self.done = tokens, kept, counts, done
         self.t: Any = None
         self.seq = self.status = self.tokens = self.t_sent = self.t_first = self.t_last = 0
         self.buf = self.events = b""
@@ -241,7 +242,7 @@ class _Least(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter_ns()
-        self.left.reads += 1
+        self.counts.reads += 1
         buf = self.buf + data
         if not self.status:
             end = buf.find(b"\r\n\r\n")
@@ -271,8 +272,8 @@ class _Least(asyncio.Protocol):
         self.events = events
         if ended:
             self.kept.append((self.seq, self.status, self.t_sent, self.t_first, self.t_last, self.tokens))
-            if self.left.left > 0:
-                self.left.left -= 1
+            if self.counts.left > 0:
+                self.counts.left -= 1
                 self.send()
             elif not self.done.done():
                 self.done.set_result(None)
@@ -286,35 +287,30 @@ def _request_bytes() -> bytes:
     return b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-async def _raw(port: int, count: int) -> tuple[float, int]:
-    """CPU seconds of ``count`` requests over STREAMS raw connections, and the reads they took."""
+async def _bare(port: int, count: int, protocol: Callable[[_Counts, asyncio.Future[None]], Any]) -> tuple[float, int]:
+    """CPU seconds of ``count`` requests over STREAMS connections of a bare client (``protocol``
+    of the shared counts and its connection's end), and the reads they took."""
     loop = asyncio.get_running_loop()
-    left = _Counts(count - STREAMS)
+    counts = _Counts(count - STREAMS)
     dones = [loop.create_future() for _ in range(STREAMS)]
     cpu0 = time.process_time()
-    request = _request_bytes()
-    conns = [await loop.create_connection(partial(_Raw, request, left, d), "127.0.0.1", port) for d in dones]
+    conns = [await loop.create_connection(partial(protocol, counts, d), "127.0.0.1", port) for d in dones]
     await asyncio.gather(*dones)
     cpu = time.process_time() - cpu0
     for t, _ in conns:
         t.close()
-    return cpu, left.reads
+    return cpu, counts.reads
+
+
+async def _raw(port: int, count: int) -> tuple[float, int]:
+    return await _bare(port, count, partial(_Raw, _request_bytes()))
 
 
 async def _least(port: int, count: int, tokens: int) -> tuple[float, int]:
-    """CPU seconds of ``count`` requests over STREAMS connections of ``_Least``, and its reads."""
-    loop = asyncio.get_running_loop()
-    left = _Counts(count - STREAMS)
-    dones = [loop.create_future() for _ in range(STREAMS)]
     kept: list[tuple[int, ...]] = []
-    cpu0 = time.process_time()
-    conns = [await loop.create_connection(partial(_Least, tokens, left, d, kept), "127.0.0.1", port) for d in dones]
-    await asyncio.gather(*dones)
-    cpu = time.process_time() - cpu0
-    for t, _ in conns:
-        t.close()
+    got = await _bare(port, count, partial(_Least, tokens, kept))
     assert len(kept) == count and all(k[1] == 200 and k[5] == tokens for k in kept), "least: answers went wrong"
-    return cpu, left.reads
+    return got
 
 
 async def _engine(
@@ -423,9 +419,8 @@ def part_a(tmp: Path, rounds: int, repeats: int) -> None:
     )
     paced = f"paced ({PACED_S * 1e3:g} ms tick)"
     print(f"    {'':8s} {'back to back':>30s} {paced:>30s} {'per request (1-token)':>24s} {'further token':>16s}")
-    further = {}  # a paced answer's CPU less one request's fixed cost, per token after the first
-    for who in CLIENTS:
-        further[who] = (cost[who, "paced"][0] * OUTPUT - cost[who, "1-token"][0]) / (OUTPUT - 1)
+    # a paced answer's CPU less one request's fixed cost, per token after the first
+    further = {who: (cost[who, "paced"][0] * OUTPUT - cost[who, "1-token"][0]) / (OUTPUT - 1) for who in CLIENTS}
     for who in CLIENTS:
         cells = []
         for case in ("back to back", "paced"):
